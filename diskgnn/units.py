@@ -1,0 +1,32 @@
+"""Byte sizes as users write them: 512MiB, 8GiB, 2GB, 4096."""
+
+import re
+
+from .errors import DiskgnnError
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1024, "kb": 1000, "kib": 1024,
+    "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
+    "t": 1024**4, "tb": 1000**4, "tib": 1024**4,
+}
+
+
+def parse_size(text) -> int:
+    """Parses a byte size; bare K/M/G/T are binary (like `dd`), KB/MB/GB decimal."""
+    if isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise DiskgnnError(f"cannot read size {text!r}: use a number with an optional unit such as 512MiB, 8GiB or 2GB")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def format_size(n: float) -> str:
+    """Formats a byte count with binary units, e.g. 1.5 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -1,0 +1,64 @@
+"""Builds diskgnn and its native extension diskgnn._native.
+
+io_uring support is compiled in when pkg-config finds the system liburing;
+otherwise the extension is built without it and the reader falls back to
+pread (``diskgnn.native_info()`` says which).
+"""
+import shutil
+import subprocess
+
+from pybind11.setup_helpers import Pybind11Extension, build_ext
+from setuptools import find_packages, setup
+
+
+def liburing_flags():
+    if shutil.which("pkg-config") is None:
+        return None
+    try:
+        cflags = subprocess.check_output(["pkg-config", "--cflags", "liburing"], text=True).split()
+        libs = subprocess.check_output(["pkg-config", "--libs", "liburing"], text=True).split()
+    except subprocess.CalledProcessError:
+        return None
+    return cflags, libs
+
+
+NATIVE_SOURCES = [
+    "native/bindings.cc",
+    "native/uring_support.cc",
+]
+
+uring = liburing_flags()
+compile_args = ["-O3", "-Wall", "-Wextra"]
+link_args = []
+macros = []
+if uring is not None:
+    compile_args += uring[0]
+    link_args += uring[1]
+    macros.append(("DISKGNN_HAVE_LIBURING", "1"))
+
+ext = Pybind11Extension(
+    "diskgnn._native",
+    NATIVE_SOURCES,
+    cxx_std=17,
+    include_dirs=["native"],
+    define_macros=macros,
+    extra_compile_args=compile_args,
+    extra_link_args=link_args + ["-pthread"],
+)
+
+setup(
+    name="diskgnn",
+    version="0.1.0",
+    description="Out-of-core GNN training: offline sampling, batched packing, io_uring feature reads",
+    packages=find_packages(include=["diskgnn", "diskgnn.*"]),
+    python_requires=">=3.10",
+    install_requires=["numpy>=1.24", "tqdm", "PyYAML", "xxhash"],
+    extras_require={
+        "torch": ["torch>=2.1"],
+        "zarr": ["zarr>=2.16"],
+        "gpu": ["kvikio-cu12"],
+    },
+    ext_modules=[ext],
+    cmdclass={"build_ext": build_ext},
+    zip_safe=False,
+)
