@@ -45,8 +45,15 @@ $(EXT): $(DEPS) $(URING) setup.py $(NATIVE)
 	@$(VPY) -c "import diskgnn; print('setup: native extension built;', diskgnn.native_info())"
 	@touch $@
 
+# Until the trainer lands (issue 5) the main job is preparing and verifying the
+# built-in synthetic dataset, cached under $DISKGNN_HOME.
+DISKGNN_HOME ?= $(HOME)/.cache/diskgnn
+DEFAULT_DATA := $(DISKGNN_HOME)/synthetic-default
 run: setup
-	$(VPY) -m diskgnn.train
+	@mkdir -p $(DISKGNN_HOME)
+	@test -f $(DEFAULT_DATA)/manifest.json || $(VPY) -m diskgnn.prepare synthetic --nodes 2000000 \
+	  --feat-dim 128 --avg-degree 10 --classes 16 --seed 0 --memory-budget 1GiB --out $(DEFAULT_DATA)
+	$(VPY) -m diskgnn.verify $(DEFAULT_DATA)
 
 test: setup test-native
 	$(VPY) -m pytest -q tests
