@@ -120,10 +120,11 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         for block in tqdm(src.features(feat_rows), desc="features", total=None, **bar):
             if block.ndim != 2 or block.shape[1] != src.feature_dim:
                 raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")
-            out_block = block.astype(out_dtype, copy=False)
+            with np.errstate(over="ignore", invalid="ignore"):  # reported below as non-finite
+                out_block = block.astype(out_dtype, copy=False)
             if check_finite and not np.isfinite(out_block).all():
                 row = feat_w.rows + int(np.flatnonzero(~np.isfinite(out_block).all(axis=1))[0])
-                raise DiskgnnError(f"{src.name}: feature row {row} has NaN or inf"
+                raise DiskgnnError(f"{src.feature_name}: feature row {row} has NaN or inf"
                                    f"{' after conversion to ' + out_dtype.name if out_dtype != block.dtype else ''}"
                                    f" (pass --allow-nonfinite to keep such rows)")
             feat_w.write(out_block)

@@ -30,6 +30,12 @@ class Source:
     num_classes: int | None = None
     edge_count_hint: int = 0
 
+    @property
+    def feature_name(self) -> str:
+        """Where the features come from, for error messages."""
+        files = getattr(self, "files", None)
+        return str(files.feat.path) if files is not None else self.name
+
     def edges(self, max_edges: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         raise NotImplementedError
 

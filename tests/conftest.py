@@ -1,0 +1,70 @@
+"""Shared fixtures: small graphs written in each input layout, the real datasets in ../shared."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "datasets"
+
+
+def shared_dataset(name: str) -> Path:
+    """Path of a real dataset in ../shared/datasets, or skip the test saying why."""
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{path} is absent (the real datasets live in ../shared/datasets beside the repo)")
+    return path
+
+
+def oracle_csc(n, src, dst, undirected=False, self_loops=False, drop_self_loops=False):
+    """CSC built the obvious way: a set of (src, dst) pairs sorted by (dst, src)."""
+    pairs = set(zip(np.asarray(src).tolist(), np.asarray(dst).tolist()))
+    if undirected:
+        pairs |= {(d, s) for s, d in pairs}
+    if drop_self_loops and not self_loops:
+        pairs = {(s, d) for s, d in pairs if s != d}
+    if self_loops:
+        pairs |= {(v, v) for v in range(n)}
+    ordered = sorted(pairs, key=lambda p: (p[1], p[0]))
+    indices = np.array([s for s, _ in ordered], dtype=np.int64)
+    counts = np.bincount(np.array([d for _, d in ordered], dtype=np.int64), minlength=n)
+    return np.concatenate([[0], np.cumsum(counts)]), indices
+
+
+def random_graph(n=199, e=1500, d=7, classes=5, seed=0):
+    rng = np.random.default_rng(seed)
+    return dict(
+        src=rng.integers(0, n, e), dst=rng.integers(0, n, e),
+        feat=rng.standard_normal((n, d)).astype(np.float32),
+        labels=rng.integers(0, classes, n),
+    )
+
+
+def write_npy_dir(path: Path, g: dict, edge_layout="2xE", splits=None) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    if edge_layout == "2xE":
+        np.save(path / "edge_index.npy", np.stack([g["src"], g["dst"]]))
+    elif edge_layout == "Ex2":
+        np.save(path / "edge_index.npy", np.stack([g["src"], g["dst"]], axis=1))
+    else:
+        n = len(g["labels"])
+        order = np.lexsort((g["src"], g["dst"]))
+        np.save(path / "indptr.npy", np.concatenate([[0], np.cumsum(np.bincount(g["dst"], minlength=n))]))
+        np.save(path / "indices.npy", g["src"][order])
+    np.save(path / "feat.npy", g["feat"])
+    np.save(path / "labels.npy", g["labels"])
+    for name, ids in (splits or {}).items():
+        np.save(path / f"{name}_idx.npy", np.asarray(ids))
+    return path
+
+
+def run_module(module: str, *args, check=False):
+    """Runs `python -m module args` and returns the CompletedProcess."""
+    proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
