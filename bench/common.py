@@ -1,0 +1,98 @@
+"""Shared benchmark helpers: the machine banner, page-cache dropping, device limits, JSON out."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+
+def _block_device(path: Path) -> str | None:
+    """Name of the block device (e.g. vda) holding `path`, from /proc/self/mountinfo."""
+    try:
+        dev = os.stat(path).st_dev
+        major, minor = os.major(dev), os.minor(dev)
+        name = Path(f"/sys/dev/block/{major}:{minor}").resolve().name
+        return name if Path(f"/sys/block/{name}").exists() else name
+    except OSError:
+        return None
+
+
+def machine_info(path: Path) -> dict:
+    """Cores, RAM, kernel, and the disk under `path` (model, read_ahead_kb, scheduler)."""
+    mem = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    dev = _block_device(path)
+    disk = {"device": dev}
+    if dev:
+        base = Path(f"/sys/block/{dev}")
+        for key, rel in (("model", "device/model"), ("read_ahead_kb", "queue/read_ahead_kb"),
+                         ("rotational", "queue/rotational"), ("scheduler", "queue/scheduler")):
+            try:
+                disk[key] = (base / rel).read_text().strip()
+            except OSError:
+                pass
+    info = {
+        "cores": os.cpu_count(),
+        "ram_bytes": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "disk": disk,
+    }
+    info["summary"] = (f"{info['cores']} cores, {mem / 2**30:.1f} GiB RAM, kernel {info['kernel']}, "
+                       f"disk {dev or '?'} {disk.get('model', '')} (read_ahead_kb {disk.get('read_ahead_kb', '?')})")
+    return info
+
+
+def drop_caches() -> str | None:
+    """Drops the page cache. Returns None on success, else why it could not (to report loudly)."""
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3\n")
+        return None
+    except OSError as e:
+        return f"cannot drop the page cache ({e.strerror}): cold-cache numbers are NOT cold"
+
+
+def fio(args: list[str]) -> dict | None:
+    """Runs fio with JSON output; None when fio is not installed."""
+    if shutil.which("fio") is None:
+        return None
+    out = subprocess.run(["fio", "--output-format=json", *args], capture_output=True, text=True, check=True).stdout
+    return json.loads(out[out.index("{"):])["jobs"][0]
+
+
+def disk_seq_write_bandwidth(directory: Path, size_bytes: int, block: str = "1M", iodepth: int = 16) -> dict:
+    """Sequential O_DIRECT write bandwidth of the disk under `directory`: fio, else dd."""
+    path = Path(directory) / ".bench-seqwrite.tmp"
+    try:
+        job = fio(["--name=seqwrite", f"--filename={path}", "--rw=write", f"--bs={block}", f"--size={size_bytes}",
+                   "--direct=1", "--ioengine=libaio", f"--iodepth={iodepth}", "--end_fsync=1"])
+        if job is not None:
+            return {"tool": "fio", "MBps": job["write"]["bw_bytes"] / 1e6, "block": block, "iodepth": iodepth}
+        count = max(1, size_bytes >> 20)
+        t0 = time.perf_counter()
+        subprocess.run(["dd", "if=/dev/zero", f"of={path}", "bs=1M", f"count={count}", "oflag=direct",
+                        "conv=fsync"], capture_output=True, check=True)
+        return {"tool": "dd", "MBps": (count << 20) / (time.perf_counter() - t0) / 1e6, "block": "1M",
+                "iodepth": 1}
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def write_json(path, result: dict) -> None:
+    """Writes the result atomically (temporary file, then rename)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+    print(f"wrote {path}")
