@@ -70,6 +70,11 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     bar = dict(disable=None if progress is None else not progress, unit_scale=True, leave=False)
     n = src.num_nodes
 
+    phases = {}
+
+    def phase(name):
+        phases[name] = time.perf_counter() - t0 - sum(phases.values())
+
     with DatasetBuilder(out, overwrite=overwrite) as b:
         # Labels first: the class count and the drawn splits depend on them.
         labels_w = b.writer("labels", np.int32)
@@ -112,6 +117,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             split_how = "ratios " + ",".join(f"{r:g}" for r in split_ratios) + f" (seed {split_seed})"
         for s in SPLITS:
             b.add(f"{s}_idx", split_writers[s].close())
+        phase("labels+splits")
         if b.files["train_idx"]["shape"][0] == 0:
             raise DiskgnnError(f"{src.name}: no train nodes (no labeled node was drawn for training)")
 
@@ -131,13 +137,16 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         if feat_w.rows != n:
             raise DiskgnnError(f"{src.name}: {feat_w.rows} feature rows for {n} nodes")
         b.add("features", feat_w.close())
+        phase("features")
 
         csc = CscBuilder(n, b, work, undirected=undirected, self_loops=self_loops,
                          drop_self_loops=drop_self_loops, edge_count_hint=src.edge_count_hint,
                          source_name=src.name)
         for s, d in tqdm(src.edges(max(1024, work // 128)), desc="edges", **bar):
             csc.add(s, d)
+        phase("edges")
         num_edges = csc.finish()
+        phase("csc sort")
 
         path = b.finish({
             "num_nodes": n,
@@ -159,7 +168,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         print(f"prepare: warning: classes {short} have fewer nodes than --split-per-class asks for")
     if progress is not False:
         print(f"prepare: wrote {path} ({n} nodes, {num_edges} edges, {src.feature_dim}-d {out_dtype.name} "
-              f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s")
+              f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s ("
+              + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")")
     return path
 
 

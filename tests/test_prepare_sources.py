@@ -202,3 +202,22 @@ def test_planetoid_rejects_foreign_pickles(tmp_path):
     (d / "ind.cora.y").write_bytes(pickle.dumps(io.StringIO("not allowed")))
     proc = run_module("diskgnn.prepare", d, "--out", tmp_path / "ds")
     assert proc.returncode != 0 and "refusing to load" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_peak_rss_stays_inside_the_budget(tmp_path):
+    """The memory contract: a dataset larger than the budget converts within it."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    budget = 160 << 20
+    proc = subprocess.Popen([sys.executable, "-m", "diskgnn.prepare", "synthetic", "--nodes", "400000",
+                             "--feat-dim", "128", "--avg-degree", "10", "--out", str(tmp_path / "ds"),
+                             "--memory-budget", str(budget), "--no-progress"], cwd=REPO)
+    _, status, usage = os.wait4(proc.pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    m = open_dataset(tmp_path / "ds").manifest
+    assert sum(f["file_bytes"] for f in m["files"].values()) > budget
+    assert usage.ru_maxrss * 1024 <= budget

@@ -73,11 +73,12 @@ class GnnBenchSource(Source):
                 yield np.asarray(self.dense[r:e], dtype=np.float32)
                 continue
             data, indices, indptr = self.attr
-            block = np.zeros((e - r, self.feature_dim), dtype=np.float32)
             lo, hi = indptr[r], indptr[e]
             rows = np.repeat(np.arange(e - r), np.diff(indptr[r: e + 1]))
-            np.add.at(block, (rows, indices[lo:hi]), data[lo:hi])
-            yield block
+            # bincount sums duplicate (row, column) entries as scipy's todense does.
+            flat = np.bincount(rows * self.feature_dim + indices[lo:hi], weights=data[lo:hi],
+                               minlength=(e - r) * self.feature_dim)
+            yield flat.astype(np.float32).reshape(e - r, self.feature_dim)
 
     def labels(self, max_rows):
         for r in range(0, self.num_nodes, max_rows):
