@@ -62,10 +62,11 @@ def main(argv=None) -> dict:
 
     disk = disk_seq_write_bandwidth(work, size_bytes=(64 << 20) if args.smoke else (2 << 30))
     out_dir = work / "dataset"
-    wall, peak_rss, _ = run_prepare([
+    wall, peak_rss, prepare_out = run_prepare([
         "synthetic", "--nodes", str(args.nodes), "--feat-dim", str(args.feat_dim),
         "--avg-degree", str(args.avg_degree), "--classes", str(args.classes), "--seed", "0",
         "--memory-budget", args.budget, "--out", str(out_dir), "--overwrite"])
+    print(prepare_out.strip())
     manifest = json.loads((out_dir / "manifest.json").read_text())
     written = sum(f["file_bytes"] for f in manifest["files"].values())
     result = {
@@ -78,6 +79,7 @@ def main(argv=None) -> dict:
         "peak_rss_bytes": peak_rss,
         "peak_rss_over_budget": peak_rss / budget,
         "wall_s": wall,
+        "prepare_output": prepare_out.strip(),
         "write_MBps": written / wall / 1e6,
         "disk": disk,
         "write_over_disk_seq_write": written / wall / 1e6 / disk["MBps"] if disk["MBps"] else None,
