@@ -1,0 +1,65 @@
+"""Access statistics from offline samples, and which rows each memory tier holds.
+
+Offline sampling tells every future feature access, so the tiers are filled
+with the most-accessed rows (DiskGNN's placement): the first tier (the
+training device) takes the hottest rows that fit its byte budget, the next
+tier the next hottest, and so on; the rest stays on disk. The expected hit
+rate of a tier is the share of all accesses its rows receive.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def access_counts(sample_files, num_nodes: int) -> np.ndarray:
+    """How many batches of the given sample files read each node's features."""
+    counts = np.zeros(num_nodes, dtype=np.int64)
+    for sf in sample_files:
+        for batch in sf:
+            counts[batch.nodes] += 1  # nodes are unique within a batch
+    return counts
+
+
+@dataclass
+class Placement:
+    """Rows held by each memory tier: sorted global ids per tier, in tier order."""
+
+    tier_names: list[str]
+    tier_ids: list[np.ndarray]
+    expected_hit_rates: list[float]
+    total_accesses: int
+
+    def locate(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each node: the tier index holding it (-1: disk) and its slot in that tier."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        tier = np.full(nodes.size, -1, dtype=np.int8)
+        slot = np.zeros(nodes.size, dtype=np.int64)
+        for t, ids in enumerate(self.tier_ids):
+            if ids.size == 0:
+                continue
+            pos = np.minimum(np.searchsorted(ids, nodes), ids.size - 1)
+            hit = (ids[pos] == nodes) & (tier < 0)
+            tier[hit] = t
+            slot[hit] = pos[hit]
+        return tier, slot
+
+
+def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) -> Placement:
+    """Fills tiers (name, byte budget), hottest first, with rows that are accessed at all."""
+    counts = np.asarray(counts)
+    total = int(counts.sum())
+    accessed = np.flatnonzero(counts)
+    # Hottest first; ties broken by node id so the placement is deterministic.
+    order = accessed[np.lexsort((accessed, -counts[accessed]))]
+    start = 0
+    names, ids, rates = [], [], []
+    for name, budget in budgets:
+        take = order[start: start + max(0, budget) // row_bytes]
+        start += take.size
+        names.append(name)
+        ids.append(np.sort(take))
+        rates.append(float(counts[take].sum()) / total if total else 0.0)
+    return Placement(names, ids, rates, total)

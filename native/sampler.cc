@@ -1,0 +1,265 @@
+#include "sampler.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace diskgnn {
+
+namespace {
+
+const void* map_file(const std::string& path, size_t need_bytes, size_t* mapped) {
+  *mapped = 0;
+  if (need_bytes == 0) return nullptr;
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < need_bytes) {
+    ::close(fd);
+    throw std::runtime_error(path + ": shorter than the manifest says (" + std::to_string(need_bytes) +
+                             " bytes needed)");
+  }
+  void* p = ::mmap(nullptr, need_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) throw std::runtime_error(path + ": mmap failed: " + std::strerror(errno));
+  // Neighbour lists are visited in no useful order: read-ahead would only evict.
+  ::madvise(p, need_bytes, MADV_RANDOM);
+  *mapped = need_bytes;
+  return p;
+}
+
+// splitmix64: turns (seed, key) into well-spread xoshiro state.
+uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// xoshiro256**: small, fast, and good enough for sampling.
+class Rng {
+ public:
+  Rng(uint64_t seed, uint64_t key) {
+    uint64_t x = seed ^ (key * 0xd1342543de82ef95ULL);
+    for (auto& w : s_) w = splitmix64(x);
+  }
+  uint64_t next() {
+    uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // Uniform in [0, n) by Lemire's multiply-shift; the bias for n << 2^64 is negligible.
+  uint64_t below(uint64_t n) { return static_cast<uint64_t>((static_cast<__uint128_t>(next()) * n) >> 64); }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+// Global id -> local id, open addressing; cleared per batch.
+class LocalIds {
+ public:
+  explicit LocalIds(size_t expected) { reset(expected); }
+  void reset(size_t expected) {
+    size_t cap = 64;
+    while (cap < 2 * expected) cap <<= 1;
+    keys_.assign(cap, -1);
+    vals_.resize(cap);
+    size_ = 0;
+  }
+  // Returns the local id of `g`, assigning `next` when it is new (and setting inserted).
+  int32_t find_or_insert(int64_t g, int32_t next, bool* inserted) {
+    if (2 * (size_ + 1) > keys_.size()) grow();
+    size_t mask = keys_.size() - 1;
+    size_t i = hash(g) & mask;
+    while (keys_[i] != -1) {
+      if (keys_[i] == g) {
+        *inserted = false;
+        return vals_[i];
+      }
+      i = (i + 1) & mask;
+    }
+    keys_[i] = g;
+    vals_[i] = next;
+    ++size_;
+    *inserted = true;
+    return next;
+  }
+
+ private:
+  static size_t hash(int64_t g) { return static_cast<size_t>(static_cast<uint64_t>(g) * 0x9e3779b97f4a7c15ULL >> 17); }
+  void grow() {
+    std::vector<int64_t> keys;
+    std::vector<int32_t> vals;
+    keys.swap(keys_);
+    vals.swap(vals_);
+    keys_.assign(keys.size() * 2, -1);
+    vals_.resize(keys.size() * 2);
+    size_t mask = keys_.size() - 1;
+    for (size_t j = 0; j < keys.size(); ++j) {
+      if (keys[j] == -1) continue;
+      size_t i = hash(keys[j]) & mask;
+      while (keys_[i] != -1) i = (i + 1) & mask;
+      keys_[i] = keys[j];
+      vals_[i] = vals[j];
+    }
+  }
+  std::vector<int64_t> keys_;
+  std::vector<int32_t> vals_;
+  size_t size_ = 0;
+};
+
+// Chooses k of the positions [0, d) uniformly without replacement (Floyd's
+// algorithm: k draws, no O(d) scratch even for hubs), returned sorted.
+void choose(Rng& rng, int64_t d, int64_t k, std::vector<int64_t>& out) {
+  out.clear();
+  for (int64_t j = d - k; j < d; ++j) {
+    int64_t t = static_cast<int64_t>(rng.below(static_cast<uint64_t>(j + 1)));
+    bool taken = std::find(out.begin(), out.end(), t) != out.end();
+    out.push_back(taken ? j : t);
+  }
+  std::sort(out.begin(), out.end());
+}
+
+template <typename T>
+void append(std::vector<uint8_t>& buf, const T* data, size_t count) {
+  size_t at = buf.size();
+  buf.resize(at + count * sizeof(T));
+  if (count) std::memcpy(buf.data() + at, data, count * sizeof(T));
+}
+
+SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds, uint64_t key,
+                        const std::vector<int64_t>& fanouts, uint64_t seed, LocalIds& ids) {
+  Rng rng(seed, key);
+  const size_t layers = fanouts.size();
+  std::vector<int64_t> nodes(seeds, seeds + n_seeds);
+  ids.reset(static_cast<size_t>(n_seeds) * 8);
+  for (int64_t i = 0; i < n_seeds; ++i) {
+    bool inserted;
+    int32_t local = ids.find_or_insert(seeds[i], static_cast<int32_t>(i), &inserted);
+    if (!inserted || local != i) throw std::invalid_argument("a batch lists the same seed twice");
+  }
+  std::vector<int64_t> counts{n_seeds};
+  std::vector<std::vector<int32_t>> indptrs(layers), indices(layers);
+  std::vector<int64_t> picks;
+  for (size_t h = 0; h < layers; ++h) {
+    const int64_t n_dst = static_cast<int64_t>(nodes.size());
+    auto& ptr = indptrs[h];
+    auto& idx = indices[h];
+    ptr.reserve(n_dst + 1);
+    ptr.push_back(0);
+    for (int64_t i = 0; i < n_dst; ++i) {
+      const int64_t v = nodes[i];
+      const int64_t d = g.degree(v);
+      const int64_t k = fanouts[h] < 0 ? d : std::min<int64_t>(fanouts[h], d);
+      if (k == d) {
+        picks.resize(d);
+        for (int64_t j = 0; j < d; ++j) picks[j] = j;
+      } else {
+        choose(rng, d, k, picks);
+      }
+      for (int64_t j : picks) {
+        const int64_t u = g.neighbour(v, j);
+        bool inserted;
+        int32_t local = ids.find_or_insert(u, static_cast<int32_t>(nodes.size()), &inserted);
+        if (inserted) nodes.push_back(u);
+        idx.push_back(local);
+      }
+      if (idx.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("a sampled block exceeds 2^31 edges");
+      ptr.push_back(static_cast<int32_t>(idx.size()));
+    }
+    counts.push_back(static_cast<int64_t>(nodes.size()));
+  }
+  SampleRecord rec;
+  std::vector<int64_t> header{static_cast<int64_t>(layers)};
+  header.insert(header.end(), counts.begin(), counts.end());
+  for (auto& idx : indices) header.push_back(static_cast<int64_t>(idx.size()));
+  append(rec.bytes, header.data(), header.size());
+  append(rec.bytes, nodes.data(), nodes.size());
+  for (size_t h = 0; h < layers; ++h) {
+    append(rec.bytes, indptrs[h].data(), indptrs[h].size());
+    append(rec.bytes, indices[h].data(), indices[h].size());
+  }
+  rec.bytes.resize((rec.bytes.size() + 7) / 8 * 8, 0);
+  return rec;
+}
+
+}  // namespace
+
+CscView::CscView(const std::string& indptr_path, const std::string& indices_path, int64_t num_nodes,
+                 int64_t num_edges, int indices_bytes_per_id)
+    : num_nodes_(num_nodes), wide_(indices_bytes_per_id == 8) {
+  if (indices_bytes_per_id != 4 && indices_bytes_per_id != 8) {
+    throw std::invalid_argument("indices must be int32 or int64");
+  }
+  indptr_ = static_cast<const int64_t*>(
+      map_file(indptr_path, static_cast<size_t>(num_nodes + 1) * sizeof(int64_t), &indptr_map_bytes_));
+  try {
+    indices_ = map_file(indices_path, static_cast<size_t>(num_edges) * indices_bytes_per_id, &indices_map_bytes_);
+  } catch (...) {
+    ::munmap(const_cast<int64_t*>(indptr_), indptr_map_bytes_);
+    throw;
+  }
+  if (indptr_[num_nodes] != num_edges) {
+    throw std::runtime_error(indptr_path + ": last pointer differs from num_edges");
+  }
+}
+
+CscView::~CscView() {
+  if (indptr_map_bytes_) ::munmap(const_cast<int64_t*>(indptr_), indptr_map_bytes_);
+  if (indices_map_bytes_) ::munmap(const_cast<void*>(indices_), indices_map_bytes_);
+}
+
+std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* seeds,
+                                         const std::vector<int64_t>& batch_offsets,
+                                         const std::vector<uint64_t>& batch_keys,
+                                         const std::vector<int64_t>& fanouts, uint64_t seed,
+                                         int num_threads) {
+  const size_t batches = batch_keys.size();
+  if (batch_offsets.size() != batches + 1) throw std::invalid_argument("need one offset per batch plus one");
+  for (size_t b = 0; b < batches; ++b) {
+    for (int64_t i = batch_offsets[b]; i < batch_offsets[b + 1]; ++i) {
+      if (seeds[i] < 0 || seeds[i] >= graph.num_nodes()) {
+        throw std::out_of_range("seed " + std::to_string(seeds[i]) + " is not a node id");
+      }
+    }
+  }
+  std::vector<SampleRecord> out(batches);
+  std::vector<std::string> errors(batches);
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(num_threads, batches));
+  auto work = [&](size_t t) {
+    LocalIds ids(1024);
+    // Strided assignment: each batch's result depends only on its key, so any split is fine.
+    for (size_t b = t; b < batches; b += threads) {
+      try {
+        out[b] = sample_one(graph, seeds + batch_offsets[b], batch_offsets[b + 1] - batch_offsets[b],
+                            batch_keys[b], fanouts, seed, ids);
+      } catch (const std::exception& e) {
+        errors[b] = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  for (size_t b = 0; b < batches; ++b) {
+    if (!errors[b].empty()) throw std::runtime_error("batch " + std::to_string(batch_keys[b]) + ": " + errors[b]);
+  }
+  return out;
+}
+
+}  // namespace diskgnn

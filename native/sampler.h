@@ -1,0 +1,64 @@
+// Offline node-wise neighbour sampling over a memory-mapped CSC graph.
+//
+// Each batch draws from its own random stream, keyed by (seed, batch key), so
+// the samples depend on the seed alone and never on the thread count or on
+// which batches are sampled together.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace diskgnn {
+
+/// @brief Read-only CSC topology mapped from a dataset's indptr.bin/indices.bin.
+///
+/// The files are mapped, never copied: the page cache holds what is touched,
+/// so topology larger than RAM still samples (at page-fault speed).
+class CscView {
+ public:
+  /// @param indices_bytes_per_id 4 (int32) or 8 (int64), from the manifest.
+  CscView(const std::string& indptr_path, const std::string& indices_path, int64_t num_nodes,
+          int64_t num_edges, int indices_bytes_per_id);
+  ~CscView();
+  CscView(const CscView&) = delete;
+  CscView& operator=(const CscView&) = delete;
+
+  int64_t num_nodes() const { return num_nodes_; }
+  int64_t degree(int64_t v) const { return indptr_[v + 1] - indptr_[v]; }
+  int64_t neighbour(int64_t v, int64_t i) const {
+    int64_t e = indptr_[v] + i;
+    return wide_ ? static_cast<const int64_t*>(indices_)[e] : static_cast<const int32_t*>(indices_)[e];
+  }
+
+ private:
+  int64_t num_nodes_;
+  const int64_t* indptr_ = nullptr;
+  const void* indices_ = nullptr;
+  size_t indptr_map_bytes_ = 0, indices_map_bytes_ = 0;
+  bool wide_;
+};
+
+/// @brief One sampled mini-batch as a self-contained little-endian record.
+///
+/// Layout (docs/format.md, "Sample files"): int64 header [L, n_0..n_L, e_0..e_{L-1}],
+/// int64 nodes[n_L] (global ids in local-id order, the n_0 seeds first), then for
+/// each hop h: int32 indptr[n_h + 1] and int32 indices[e_h] (local source ids),
+/// padded with zeros to a multiple of 8 bytes.
+struct SampleRecord {
+  std::vector<uint8_t> bytes;
+};
+
+/// @brief Samples batches of seeds in parallel.
+/// @param seeds all seeds of the batches, concatenated.
+/// @param batch_offsets batch b's seeds are seeds[batch_offsets[b] : batch_offsets[b+1]].
+/// @param batch_keys the random-stream key of each batch (its index in the epoch).
+/// @param fanouts per hop, seeds outwards; -1 takes every neighbour.
+/// @return one record per batch, in batch order.
+std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* seeds,
+                                         const std::vector<int64_t>& batch_offsets,
+                                         const std::vector<uint64_t>& batch_keys,
+                                         const std::vector<int64_t>& fanouts, uint64_t seed,
+                                         int num_threads);
+
+}  // namespace diskgnn
