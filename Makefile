@@ -10,8 +10,10 @@ URING   := build/liburing.state
 NATIVE  := $(wildcard native/*.cc native/*.h)
 CXX     ?= g++
 CXXFLAGS_NATIVE := -std=c++17 -O2 -g -Wall -Wextra -Inative -pthread
-NATIVE_TESTS := $(patsubst native/tests/%.cc,build/native-tests/%,$(wildcard native/tests/*.cc))
 LIB_SRC := $(filter-out native/bindings.cc,$(wildcard native/*.cc))
+
+# Keep compiled objects between runs (they are pattern-rule intermediates).
+.SECONDARY:
 
 .PHONY: setup run test test-python test-native asan bench bench-smoke clean distclean native-deps
 
@@ -55,30 +57,43 @@ run: setup
 	  --feat-dim 128 --avg-degree 10 --classes 16 --seed 0 --memory-budget 1GiB --out $(DEFAULT_DATA)
 	$(VPY) -m diskgnn.verify $(DEFAULT_DATA)
 
-test: setup test-native
+test: setup
+	@$(MAKE) --no-print-directory test-native
 	$(VPY) -m pytest -q tests
 
 test-python: setup
 	$(VPY) -m pytest -q tests
 
-build/native-tests/%: native/tests/%.cc $(LIB_SRC) $(NATIVE) $(URING)
-	@mkdir -p build/native-tests
-	$(CXX) $(CXXFLAGS_NATIVE) $(NATIVE_CFLAGS) $(shell pkg-config --exists liburing 2>/dev/null && echo -DDISKGNN_HAVE_LIBURING $$(pkg-config --cflags liburing)) \
-	  -o $@ $< $(LIB_SRC) $(shell pkg-config --libs liburing 2>/dev/null)
+# Native unit tests: exit 0 pass, 1 fail, 77 skip (liburing's convention). The
+# library objects are compiled once per flavour (plain, asan) and linked into
+# every test. Run through a sub-make after setup, so that flags see a liburing
+# that setup has just installed.
+URING_CFLAGS = $(shell pkg-config --exists liburing 2>/dev/null && echo -DDISKGNN_HAVE_LIBURING $$(pkg-config --cflags liburing))
+URING_LIBS = $(shell pkg-config --libs liburing 2>/dev/null)
+HEADERS := $(wildcard native/*.h)
+FLAVOUR ?= plain
+ifeq ($(FLAVOUR),asan)
+FLAVOUR_FLAGS := -O1 -fsanitize=address,undefined -fno-omit-frame-pointer
+else
+FLAVOUR_FLAGS :=
+endif
+OBJ_DIR := build/native-$(FLAVOUR)
+LIB_OBJ := $(patsubst native/%.cc,$(OBJ_DIR)/%.o,$(LIB_SRC))
+TEST_BIN := $(patsubst native/tests/%.cc,$(OBJ_DIR)/tests/%,$(wildcard native/tests/*.cc))
 
-# Native unit tests: exit 0 pass, 1 fail, 77 skip (liburing's convention).
-test-native: $(URING) $(NATIVE_TESTS)
-	@bash native/tests/run.sh $(NATIVE_TESTS)
+$(OBJ_DIR)/%.o: native/%.cc $(HEADERS) $(URING)
+	@mkdir -p $(OBJ_DIR)
+	$(CXX) $(CXXFLAGS_NATIVE) $(FLAVOUR_FLAGS) $(URING_CFLAGS) -c -o $@ $<
 
-asan:
-	$(MAKE) --no-print-directory test-native NATIVE_CFLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" \
-	  NATIVE_TESTS="$(patsubst build/native-tests/%,build/native-tests-asan/%,$(NATIVE_TESTS))"
+$(OBJ_DIR)/tests/%: native/tests/%.cc $(LIB_OBJ) $(wildcard native/tests/*.h)
+	@mkdir -p $(OBJ_DIR)/tests
+	$(CXX) $(CXXFLAGS_NATIVE) $(FLAVOUR_FLAGS) $(URING_CFLAGS) -o $@ $< $(LIB_OBJ) $(URING_LIBS)
 
-build/native-tests-asan/%: native/tests/%.cc $(LIB_SRC) $(NATIVE) $(URING)
-	@mkdir -p build/native-tests-asan
-	$(CXX) $(CXXFLAGS_NATIVE) -fsanitize=address,undefined -fno-omit-frame-pointer \
-	  $(shell pkg-config --exists liburing 2>/dev/null && echo -DDISKGNN_HAVE_LIBURING $$(pkg-config --cflags liburing)) \
-	  -o $@ $< $(LIB_SRC) $(shell pkg-config --libs liburing 2>/dev/null)
+test-native: $(URING) $(TEST_BIN)
+	@bash native/tests/run.sh $(TEST_BIN)
+
+asan: $(URING)
+	@$(MAKE) --no-print-directory test-native FLAVOUR=asan
 
 bench: setup
 	$(VPY) -m bench all

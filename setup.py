@@ -24,6 +24,12 @@ def liburing_flags():
 
 NATIVE_SOURCES = [
     "native/bindings.cc",
+    "native/pread_engine.cc",
+    "native/read_engine.cc",
+    "native/read_plan.cc",
+    "native/reader.cc",
+    "native/sampler.cc",
+    "native/uring_engine.cc",
     "native/uring_support.cc",
 ]
 

@@ -96,3 +96,22 @@ def write_json(path, result: dict) -> None:
     tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
     os.replace(tmp, path)
     print(f"wrote {path}")
+
+
+def wait_for_idle_disk(device: str | None, timeout_s: float = 10.0) -> None:
+    """Waits until the disk has no requests in flight (/sys/block/DEV/inflight).
+
+    Page-cache readahead goes on after the reads that started it return; a
+    measurement started meanwhile would share the disk with it.
+    """
+    if not device:
+        return
+    path = Path(f"/sys/block/{device}/inflight")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if sum(map(int, path.read_text().split())) == 0:
+                return
+        except (OSError, ValueError):
+            return
+        time.sleep(0.01)

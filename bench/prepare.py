@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,17 +28,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def run_prepare(args: list[str]) -> tuple[float, int, str]:
-    """Runs prepare as a child; returns wall seconds, peak RSS in bytes and stderr."""
+    """Runs prepare as a child; returns wall seconds, its peak RSS in bytes (as it reports) and stdout."""
     cmd = [sys.executable, "-m", "diskgnn.prepare", *args, "--no-progress"]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     wall = time.perf_counter() - t0
-    out, err = proc.stdout.read(), proc.stderr.read()
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        raise SystemExit(f"bench.prepare: prepare failed ({proc.returncode}): {err.strip() or out.strip()}")
-    return wall, usage.ru_maxrss * 1024, out
+        raise SystemExit(f"bench.prepare: prepare failed ({proc.returncode}): {proc.stderr.strip()}")
+    return wall, int(re.search(r"peak RSS (\d+) bytes", proc.stdout).group(1)), proc.stdout
 
 
 def main(argv=None) -> dict:

@@ -24,6 +24,7 @@ from . import __version__
 from .csc import CscBuilder
 from .errors import DiskgnnError, run_cli
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
+from .memory import peak_rss_bytes
 from .sources import FORMATS, open_source
 from .splits import BLOCK, check_given, per_class_split, ratio_split
 from .units import format_size, parse_size
@@ -47,11 +48,13 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             drop_self_loops: bool = False, feature_dtype: str | None = None,
             split_ratios=(0.1, 0.1, 0.8), split_per_class=None, split_seed: int = 0,
             memory_budget="2GiB", overwrite: bool = False, allow_nonfinite: bool = False,
-            ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None) -> Path:
+            ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None,
+            report: bool = False) -> Path:
     """Converts SOURCE into a dataset directory OUT and returns its path.
 
     Parameters mirror the command-line flags (see ``python -m diskgnn.prepare -h``).
     `memory_budget` bounds the whole process's memory; sizes accept suffixes.
+    `progress` shows bars (None: when on a terminal); `report` prints a summary line.
     """
     budget = parse_size(memory_budget)
     if budget < MIN_BUDGET:
@@ -166,10 +169,11 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         })
     if short:
         print(f"prepare: warning: classes {short} have fewer nodes than --split-per-class asks for")
-    if progress is not False:
+    if report:
         print(f"prepare: wrote {path} ({n} nodes, {num_edges} edges, {src.feature_dim}-d {out_dtype.name} "
               f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s ("
-              + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) + ")")
+              + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+              + f"); peak RSS {peak_rss_bytes()} bytes (budget {budget})")
     return path
 
 
@@ -220,7 +224,7 @@ def main(argv=None) -> None:
         synthetic=dict(nodes=args.nodes, feat_dim=args.feat_dim, avg_degree=args.avg_degree,
                        classes=args.classes, seed=args.seed, homophily=args.homophily,
                        feature_signal=args.feature_signal) if is_synthetic else None,
-        progress=False if args.no_progress else None,
+        progress=False if args.no_progress else None, report=True,
     )
 
 

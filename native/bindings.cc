@@ -1,10 +1,31 @@
 // The only translation unit that includes pybind11: it declares what the
 // native library exports to Python and holds no logic of its own.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
+#include <vector>
+
+#include "reader.h"
+#include "sampler.h"
 #include "uring_support.h"
 
 namespace py = pybind11;
+
+namespace {
+
+diskgnn::direct_mode parse_direct(const std::string& direct) {
+  if (direct == "auto") return diskgnn::direct_mode::automatic;
+  if (direct == "on") return diskgnn::direct_mode::on;
+  if (direct == "off") return diskgnn::direct_mode::off;
+  throw std::invalid_argument("direct must be 'auto', 'on' or 'off', got '" + direct + "'");
+}
+
+// Output arrays are taken without conversion (noconvert): a converted copy
+// would receive the data and be thrown away.
+using out_array = py::array_t<uint8_t, py::array::c_style>;
+
+}  // namespace
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "diskgnn native core (C++17)";
@@ -12,4 +33,114 @@ PYBIND11_MODULE(_native, m) {
         "True when built against the system liburing.");
   m.def("io_uring_unavailable_reason", &diskgnn::io_uring_unavailable_reason,
         "Empty when io_uring works on this kernel, else the reason it does not.");
+
+  // OSError(errno, detail, path) becomes FileNotFoundError, PermissionError...
+  // as Python's own file functions raise them.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const diskgnn::io_error& e) {
+      py::object error = py::reinterpret_steal<py::object>(
+          PyObject_CallFunction(PyExc_OSError, "iss", e.error_number(), e.detail().c_str(), e.path().c_str()));
+      if (error) PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error.ptr())), error.ptr());
+    } catch (const diskgnn::short_file_error& e) {
+      PyErr_SetString(PyExc_EOFError, e.what());
+    }
+  });
+
+  py::class_<diskgnn::read_ticket>(m, "ReadTicket", "A submitted read; the output is ready once wait() returns.")
+      .def("wait", &diskgnn::read_ticket::wait, py::call_guard<py::gil_scoped_release>(),
+           "Blocks until the read is done; raises its error.")
+      .def("done", &diskgnn::read_ticket::done);
+
+  py::class_<diskgnn::file_reader>(m, "FileReader")
+      .def(py::init([](const std::string& path, const std::string& backend, const std::string& direct,
+                       unsigned queue_depth, unsigned num_rings, unsigned submit_batch,
+                       uint64_t max_request_bytes, uint64_t max_gap_bytes, bool register_buffers) {
+             diskgnn::reader_options o;
+             o.backend = backend;
+             o.direct = parse_direct(direct);
+             o.queue_depth = queue_depth;
+             o.num_rings = num_rings;
+             o.submit_batch = submit_batch;
+             o.max_request_bytes = max_request_bytes;
+             o.max_gap_bytes = max_gap_bytes;
+             o.register_buffers = register_buffers;
+             py::gil_scoped_release release;
+             return std::make_unique<diskgnn::file_reader>(path, o);
+           }),
+           py::arg("path"), py::arg("backend") = "auto", py::arg("direct") = "auto", py::arg("queue_depth") = 64,
+           py::arg("num_rings") = 1, py::arg("submit_batch") = 4, py::arg("max_request_bytes") = 1 << 20,
+           py::arg("max_gap_bytes") = 0, py::arg("register_buffers") = true)
+      .def(
+          "submit_gather",
+          [](diskgnn::file_reader& self, const py::array_t<int64_t, py::array::c_style>& ids, uint64_t row_bytes,
+             uint64_t base_offset, uint64_t num_rows, out_array& out) {
+            const int64_t* id_data = ids.data();
+            const size_t count = static_cast<size_t>(ids.size());
+            uint8_t* out_data = out.mutable_data();
+            const size_t out_bytes = static_cast<size_t>(out.size());
+            py::gil_scoped_release release;
+            return self.submit_gather(id_data, count, row_bytes, base_offset, num_rows, out_data, out_bytes);
+          },
+          py::arg("ids"), py::arg("row_bytes"), py::arg("base_offset"), py::arg("num_rows"),
+          py::arg("out").noconvert(), "Rows ids[i] into out[i * row_bytes:]; out is a flat uint8 array.")
+      .def(
+          "submit_ranges",
+          [](diskgnn::file_reader& self, const py::array_t<uint64_t, py::array::c_style>& ranges, out_array& out) {
+            if (ranges.ndim() != 2 || ranges.shape(1) != 3) {
+              throw std::invalid_argument("ranges must have shape (n, 3): file_offset, length, dst_offset");
+            }
+            auto r = ranges.unchecked<2>();
+            std::vector<diskgnn::byte_range> list(static_cast<size_t>(r.shape(0)));
+            for (size_t i = 0; i < list.size(); ++i) list[i] = {r(i, 0), r(i, 1), r(i, 2)};
+            uint8_t* out_data = out.mutable_data();
+            const size_t out_bytes = static_cast<size_t>(out.size());
+            py::gil_scoped_release release;
+            return self.submit_ranges(list.data(), list.size(), out_data, out_bytes);
+          },
+          py::arg("ranges"), py::arg("out").noconvert(),
+          "ranges: uint64 (n, 3) rows of file_offset, length, dst_offset; out: flat uint8 array.")
+      .def("close", &diskgnn::file_reader::close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("path", &diskgnn::file_reader::path)
+      .def_property_readonly("backend", &diskgnn::file_reader::backend)
+      .def_property_readonly("direct", &diskgnn::file_reader::direct)
+      .def_property_readonly("file_size", &diskgnn::file_reader::file_size)
+      .def_property_readonly("fallback_reason", &diskgnn::file_reader::fallback_reason)
+      .def("stats", [](const diskgnn::file_reader& self) {
+        const diskgnn::read_stats s = self.stats();
+        py::dict d;
+        d["reads"] = s.reads;
+        d["bytes"] = s.bytes;
+        return d;
+      });
+
+  py::class_<diskgnn::CscView>(m, "CscView", "A dataset's CSC topology, memory-mapped read-only.")
+      .def(py::init<const std::string&, const std::string&, int64_t, int64_t, int>(), py::arg("indptr_path"),
+           py::arg("indices_path"), py::arg("num_nodes"), py::arg("num_edges"), py::arg("indices_bytes_per_id"))
+      .def_property_readonly("num_nodes", &diskgnn::CscView::num_nodes);
+
+  m.def(
+      "sample_batches",
+      [](const diskgnn::CscView& graph, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
+         const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
+         const std::vector<int64_t>& fanouts, uint64_t seed, int num_threads) {
+        if (batch_offsets.empty() || batch_offsets.back() != seeds.size()) {
+          throw std::invalid_argument("batch_offsets must end at len(seeds)");
+        }
+        std::vector<diskgnn::SampleRecord> records;
+        {
+          py::gil_scoped_release release;
+          records = diskgnn::sample_batches(graph, seeds.data(), batch_offsets, batch_keys, fanouts, seed,
+                                            num_threads);
+        }
+        py::list out;
+        for (auto& r : records) {
+          out.append(py::bytes(reinterpret_cast<const char*>(r.bytes.data()), r.bytes.size()));
+        }
+        return out;
+      },
+      py::arg("graph"), py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"),
+      py::arg("seed"), py::arg("num_threads"),
+      "Samples batches of seeds; returns one record (bytes) per batch, in order (layout in sampler.h).");
 }

@@ -1,0 +1,188 @@
+"""Offline sampling: each epoch's mini-batches sampled before training, written to a sample file.
+
+Node-wise uniform neighbour sampling without replacement (native, threaded):
+hop h takes up to fanouts[h] in-neighbours of every node known so far, so
+block h has the nodes of hop h as destinations and the nodes of hop h + 1 as
+sources (destinations first). The model runs the blocks from the last hop to
+the first; the last hop's nodes are the batch's input nodes, whose features
+are read. Every batch has its own random stream keyed by (seed, epoch, batch),
+so a seed gives the same samples whatever the thread count.
+
+Files (docs/format.md, "Sample files"): `epoch-NNNNN.samples` holds the batch
+records back to back; `epoch-NNNNN.json` holds their offsets and checksums.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from .errors import DiskgnnError
+from .format import Dataset, manifest_checksum
+
+SAMPLES_FORMAT = "diskgnn-samples"
+SAMPLES_VERSION = 1
+GROUP = 64  # batches handed to the native sampler at once
+
+
+@dataclass
+class Block:
+    """One hop as a CSC adjacency over local ids: dst i aggregates indices[indptr[i]:indptr[i+1]]."""
+
+    indptr: np.ndarray  # int32[num_dst + 1]
+    indices: np.ndarray  # int32[num_edges], local ids < num_src
+    num_dst: int
+    num_src: int
+
+
+@dataclass
+class Batch:
+    """A sampled mini-batch; `nodes[:num_seeds]` are its seeds."""
+
+    index: int
+    nodes: np.ndarray  # int64 global ids of every node in local-id order = the input nodes
+    blocks: list[Block]  # blocks[0] computes the seeds; the model runs blocks[::-1]
+    num_seeds: int
+
+    @property
+    def seeds(self) -> np.ndarray:
+        return self.nodes[: self.num_seeds]
+
+
+def parse_record(buf: memoryview | bytes, index: int) -> Batch:
+    """Decodes one batch record (layout in native/sampler.h)."""
+    head = np.frombuffer(buf, dtype="<i8", count=1)
+    layers = int(head[0])
+    header = np.frombuffer(buf, dtype="<i8", count=2 * layers + 2)
+    counts = header[1: layers + 2]
+    edges = header[layers + 2:]
+    off = header.nbytes
+    nodes = np.frombuffer(buf, dtype="<i8", count=int(counts[-1]), offset=off)
+    off += nodes.nbytes
+    blocks = []
+    for h in range(layers):
+        n_dst = int(counts[h])
+        indptr = np.frombuffer(buf, dtype="<i4", count=n_dst + 1, offset=off)
+        off += indptr.nbytes
+        indices = np.frombuffer(buf, dtype="<i4", count=int(edges[h]), offset=off)
+        off += indices.nbytes
+        blocks.append(Block(indptr, indices, n_dst, int(counts[h + 1])))
+    return Batch(index, nodes, blocks, int(counts[0]))
+
+
+def epoch_seeds(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
+    """The epoch's seed batches: train ids shuffled by (seed, epoch), the last batch may be partial."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 11, epoch])))
+    order = rng.permutation(np.asarray(train_ids, dtype=np.int64))
+    return [order[s: s + batch_size] for s in range(0, order.size, batch_size)]
+
+
+def batch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
+    """Order in which a replayed sample file is visited in `epoch` (DiskGNN's replay mode)."""
+    if epoch == 0:
+        return np.arange(num_batches)
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, 13, epoch])))
+    return rng.permutation(num_batches)
+
+
+class SampleFile:
+    """An epoch's sampled batches; checksums are checked as each batch is read."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        meta_path = self.path.with_suffix(".json")
+        try:
+            self.meta = json.loads(meta_path.read_text())
+        except (OSError, json.JSONDecodeError) as e:
+            raise DiskgnnError(f"{meta_path}: cannot read sample index ({e})") from None
+        if self.meta.get("format") != SAMPLES_FORMAT or self.meta.get("format_version") != SAMPLES_VERSION:
+            raise DiskgnnError(f"{meta_path}: not a {SAMPLES_FORMAT} v{SAMPLES_VERSION} index")
+        if self.meta.get("manifest_checksum") != manifest_checksum(self.meta):
+            raise DiskgnnError(f"{meta_path}: checksum mismatch (the index was modified or corrupted)")
+        size = self.path.stat().st_size if self.path.exists() else -1
+        if size != self.meta["file_bytes"]:
+            raise DiskgnnError(f"{self.path}: {size} bytes, the index says {self.meta['file_bytes']}")
+        self.offsets = np.asarray(self.meta["offsets"], dtype=np.int64)
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    @property
+    def fanouts(self) -> list[int]:
+        return self.meta["fanouts"]
+
+    def record(self, b: int) -> memoryview:
+        buf = memoryview(self._map[self.offsets[b]: self.offsets[b + 1]])
+        if xxhash.xxh3_64_hexdigest(buf) != self.meta["checksums"][b]:
+            raise DiskgnnError(f"{self.path}: batch {b} fails its checksum (file is corrupted)")
+        return buf
+
+    def __getitem__(self, b: int) -> Batch:
+        if not 0 <= b < len(self):
+            raise IndexError(f"{self.path}: batch {b} out of range [0, {len(self)})")
+        return parse_record(self.record(b), b)
+
+    def __iter__(self):
+        return (self[b] for b in range(len(self)))
+
+
+def open_graph(dataset: Dataset):
+    """The dataset's CSC topology mapped for the native sampler."""
+    from . import _native
+
+    ind = dataset.manifest["files"]["indices"]
+    return _native.CscView(str(dataset.file_path("indptr")), str(dataset.file_path("indices")),
+                           dataset.num_nodes, dataset.num_edges, np.dtype(ind["dtype"]).itemsize)
+
+
+def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
+                 seeds: np.ndarray | None = None, threads: int | None = None, graph=None) -> SampleFile:
+    """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
+
+    Writes to temporary names and renames, index last, so a reader never sees half a file.
+    """
+    from . import _native
+
+    fanouts = [int(f) for f in fanouts]
+    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+        raise DiskgnnError(f"fanouts {fanouts}: each must be positive or -1 (all neighbours)")
+    if batch_size < 1:
+        raise DiskgnnError(f"batch size {batch_size}: must be at least 1")
+    graph = graph or open_graph(dataset)
+    seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
+    batches = epoch_seeds(seeds, batch_size, seed, epoch)
+    threads = threads or os.cpu_count() or 1
+    out_path = Path(out_path)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    offsets, checksums = [0], []
+    with open(tmp, "wb") as f:
+        for g in range(0, len(batches), GROUP):
+            group = batches[g: g + GROUP]
+            flat = np.concatenate(group) if group else np.empty(0, np.int64)
+            bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
+            keys = [(epoch << 32) + g + i for i in range(len(group))]
+            for rec in _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads):
+                f.write(rec)
+                offsets.append(offsets[-1] + len(rec))
+                checksums.append(xxhash.xxh3_64_hexdigest(rec))
+        f.flush()
+        os.fsync(f.fileno())
+    meta = {
+        "format": SAMPLES_FORMAT, "format_version": SAMPLES_VERSION,
+        "dataset": dataset.manifest["manifest_checksum"],
+        "fanouts": fanouts, "batch_size": batch_size, "seed": seed, "epoch": epoch,
+        "num_batches": len(batches), "num_seeds": int(seeds.size),
+        "offsets": offsets, "checksums": checksums, "file_bytes": offsets[-1],
+    }
+    meta["manifest_checksum"] = manifest_checksum(meta)
+    meta_tmp = out_path.with_suffix(".json.tmp")
+    meta_tmp.write_text(json.dumps(meta))
+    os.replace(tmp, out_path)
+    os.replace(meta_tmp, out_path.with_suffix(".json"))
+    return SampleFile(out_path)
