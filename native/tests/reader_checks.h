@@ -15,19 +15,11 @@
 #include <vector>
 
 #include "aligned_buffer.h"
+#include "check.h"
 #include "reader.h"
 
 namespace reader_checks {
 
-inline int failures = 0;
-
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      std::printf("%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++reader_checks::failures;                                             \
-    }                                                                        \
-  } while (0)
 
 /// A temporary file on a disk-backed file system (TMPDIR, else /var/tmp):
 /// /tmp may be tmpfs, where O_DIRECT means nothing.
@@ -136,7 +128,7 @@ inline void check_gathers(const diskgnn::reader_options& options) {
             std::printf("gather mismatch: row_bytes=%llu base=%llu count=%zu skew=%zu\n",
                         static_cast<unsigned long long>(row_bytes), static_cast<unsigned long long>(base), count,
                         skew);
-            ++failures;
+            ++test_check::failures;
           }
           CHECK(out.data()[count * row_bytes] == 0xAB);  // nothing written past the output
         }
@@ -170,7 +162,7 @@ inline void check_ranges(const diskgnn::reader_options& options) {
       if (std::memcmp(out.data() + r.dst_offset, file.data() + r.file_offset, r.length) != 0) {
         std::printf("range mismatch: offset=%llu length=%llu skew=%zu\n",
                     static_cast<unsigned long long>(r.file_offset), static_cast<unsigned long long>(r.length), skew);
-        ++failures;
+        ++test_check::failures;
       }
     }
   }

@@ -5,21 +5,13 @@
 #include <vector>
 
 #include "aligned_buffer.h"
+#include "check.h"
 #include "read_plan.h"
 
 using diskgnn::byte_range;
 using diskgnn::detail::plan_reads;
 using diskgnn::detail::read_plan;
 
-static int failures = 0;
-
-#define CHECK(cond)                                                          \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      std::printf("%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                            \
-    }                                                                        \
-  } while (0)
 
 static read_plan plan(std::vector<byte_range> ranges, uint64_t max_request = 1 << 20, uint64_t gap = 0,
                       const uint8_t* out = reinterpret_cast<const uint8_t*>(8)) {
@@ -93,6 +85,5 @@ int main() {
   CHECK(plan({}).ops.empty());
   CHECK(plan({{4096, 0, 0}}).ops.empty());
 
-  if (failures) std::printf("%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  return test_result();
 }

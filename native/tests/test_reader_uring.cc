@@ -21,6 +21,5 @@ int main() {
   }
   options.backend = "io_uring";
   reader_checks::check_all(options);
-  if (reader_checks::failures) std::printf("%d checks failed\n", reader_checks::failures);
-  return reader_checks::failures ? 1 : 0;
+  return test_result();
 }

@@ -9,18 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "check.h"
 #include "sampler.h"
 
 namespace {
-
-int failures = 0;
-#define CHECK(cond)                                                     \
-  do {                                                                  \
-    if (!(cond)) {                                                      \
-      std::printf("%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                       \
-    }                                                                   \
-  } while (0)
 
 template <typename T>
 std::string write_file(const std::string& name, const std::vector<T>& v) {
@@ -123,6 +115,5 @@ int main() {
     threw = true;
   }
   CHECK(threw);
-  if (failures) std::printf("%d checks failed\n", failures);
-  return failures ? 1 : 0;
+  return test_result();
 }
