@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader"]
+BENCHMARKS = ["prepare", "reader", "offline"]
 
 
 def main(argv=None) -> None:

@@ -50,7 +50,7 @@ def plan(sample_file, placement: Placement, row_bytes: int) -> PackPlan:
     for batch in sample_file:
         tier, _ = placement.locate(batch.nodes)
         pos = np.flatnonzero(tier < 0)
-        order = np.argsort(batch.nodes[pos], kind="stable")
+        order = np.argsort(batch.nodes[pos])
         cold_ids.append(batch.nodes[pos[order]])
         cold_pos.append(pos[order].astype(np.int32))
         offsets.append(offsets[-1] + padded(cold_ids[-1].size * row_bytes))

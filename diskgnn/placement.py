@@ -25,26 +25,31 @@ def access_counts(sample_files, num_nodes: int) -> np.ndarray:
 
 @dataclass
 class Placement:
-    """Rows held by each memory tier: sorted global ids per tier, in tier order."""
+    """Rows held by each memory tier: sorted global ids per tier, in tier order.
 
+    Lookups go through two dense tables of num_nodes entries (tier: 1 byte,
+    slot: 4 bytes per node), built on first use: a batch's nodes are in no
+    useful order, and binary searches over them cost more than the tables.
+    """
+
+    num_nodes: int
     tier_names: list[str]
     tier_ids: list[np.ndarray]
     expected_hit_rates: list[float]
     total_accesses: int
+    _tables: tuple | None = None
 
     def locate(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each node: the tier index holding it (-1: disk) and its slot in that tier."""
+        if self._tables is None:
+            tier_of = np.full(self.num_nodes, -1, dtype=np.int8)
+            slot_of = np.zeros(self.num_nodes, dtype=np.int32)
+            for t, ids in enumerate(self.tier_ids):
+                tier_of[ids] = t
+                slot_of[ids] = np.arange(ids.size, dtype=np.int32)
+            self._tables = (tier_of, slot_of)
         nodes = np.asarray(nodes, dtype=np.int64)
-        tier = np.full(nodes.size, -1, dtype=np.int8)
-        slot = np.zeros(nodes.size, dtype=np.int64)
-        for t, ids in enumerate(self.tier_ids):
-            if ids.size == 0:
-                continue
-            pos = np.minimum(np.searchsorted(ids, nodes), ids.size - 1)
-            hit = (ids[pos] == nodes) & (tier < 0)
-            tier[hit] = t
-            slot[hit] = pos[hit]
-        return tier, slot
+        return self._tables[0][nodes], self._tables[1][nodes]
 
 
 def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) -> Placement:
@@ -62,4 +67,4 @@ def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) ->
         names.append(name)
         ids.append(np.sort(take))
         rates.append(float(counts[take].sum()) / total if total else 0.0)
-    return Placement(names, ids, rates, total)
+    return Placement(counts.size, names, ids, rates, total)

@@ -14,3 +14,15 @@ def test_prepare_bench_smoke(tmp_path):
         assert key in saved
     assert saved["disk"]["MBps"] > 0 and saved["peak_rss_bytes"] > 0
     assert saved["peak_rss_bytes"] <= saved["memory_budget_bytes"]
+
+
+def test_offline_bench_smoke(tmp_path):
+    from bench import offline as bench_offline
+
+    result = bench_offline.main(["--smoke", "--workdir", str(tmp_path), "--out", str(tmp_path / "offline.json")])
+    saved = json.loads((tmp_path / "offline.json").read_text())
+    assert saved["batches"] == result["batches"] >= 1
+    assert [t["cache_fraction"] for t in saved["tiers"]] == [0.05, 0.1, 0.3]
+    rates = [t["expected_hit_rate"] for t in saved["tiers"]]
+    assert rates == sorted(rates) and 0 < rates[0] <= 1
+    assert saved["pack_rows"] > 0 and saved["disk"]["MBps"] > 0 and saved["pack_over_disk_seq_write"] > 0
