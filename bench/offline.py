@@ -37,6 +37,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--cache-fractions", default="0.05,0.1,0.3")
     ap.add_argument("--pack-cache", type=float, default=0.1, help="cached fraction of feature bytes when packing")
+    ap.add_argument("--max-blowup", type=float, help="cap on packed rows / num_nodes (segment sharing)")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "offline-work"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "offline.json"))
     ap.add_argument("--smoke", action="store_true")
@@ -73,7 +74,7 @@ def main(argv=None) -> dict:
     tiers = []
     for frac in [float(x) for x in args.cache_fractions.split(",")]:
         placement = place(counts, ds.row_bytes, [("host", int(frac * feature_bytes))])
-        packed = plan(sf, placement, ds.row_bytes).packed_rows
+        packed = plan(sf, placement, ds.num_nodes).packed_rows
         tiers.append({"cache_fraction": frac, "expected_hit_rate": placement.expected_hit_rates[0],
                       "packed_rows": packed, "blowup": packed / ds.num_nodes})
         print(f"cache {frac:4.0%} of features: expected hit rate {tiers[-1]['expected_hit_rate']:.1%}, "
@@ -82,7 +83,7 @@ def main(argv=None) -> dict:
     placement = place(counts, ds.row_bytes, [("host", int(args.pack_cache * feature_bytes))])
     cold_note = drop_caches() or cold_note
     t0 = time.perf_counter()
-    packs = pack_epoch(ds, sf, placement, work / "epoch-00000.packs")
+    packs = pack_epoch(ds, sf, placement, work / "epoch-00000.packs", max_blowup=args.max_blowup)
     pack_s = time.perf_counter() - t0
     written = int(packs.offsets[-1])
     moved = feature_bytes + written
@@ -91,7 +92,7 @@ def main(argv=None) -> dict:
         "edges": ds.num_edges, "feature_bytes": feature_bytes, "fanouts": fanouts, "batch_size": args.batch_size,
         "batches": len(sf), "feature_rows_accessed": accesses, "sample_s": sample_s,
         "sample_rows_per_s": accesses / sample_s, "tiers": tiers, "pack_cache_fraction": args.pack_cache,
-        "pack_s": pack_s, "pack_bytes_written": written, "pack_rows": packs.meta["packed_rows"],
+        "pack_s": pack_s, "max_blowup": args.max_blowup, "segment_batches": packs.meta["segment_batches"], "pack_bytes_written": written, "pack_rows": packs.meta["packed_rows"],
         "pack_blowup": packs.meta["blowup"], "pack_rows_per_s": packs.meta["packed_rows"] / pack_s,
         "pack_MBps_moved": moved / pack_s / 1e6, "disk": disk,
         "pack_over_disk_seq_write": moved / pack_s / 1e6 / disk["MBps"],

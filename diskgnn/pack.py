@@ -5,13 +5,20 @@ For every batch of a sample file, the input nodes that no memory tier holds
 ascending node id, so that training reads one contiguous range per batch
 instead of one random 4 KiB block per row. Packing never reads a row at
 random: it scans the feature file front to back in large chunks and, for each
-chunk, appends to every batch the rows of that chunk it needs (DiskGNN's
+chunk, appends to every region the rows of that chunk it needs (DiskGNN's
 batched packing). Regions start on 4 KiB boundaries for O_DIRECT.
 
-Files: `epoch-NNNNN.packs` (the regions) and `epoch-NNNNN.packs.json`: per
-batch the region's byte offset, its row count, the positions of its rows in
-the batch's node list (in `epoch-NNNNN.packs.pos`, int32) and an XXH3-64 of
-the region's rows, checked when the region is read.
+A row used by several batches is packed once per batch: the disk blow-up is
+packed rows / num_nodes. With `max_blowup`, consecutive batches are grouped
+into segments (the smallest size that meets the cap) and a cold row used by
+two or more batches of a segment is stored once, in the segment's shared
+region, which training reads through the page cache with coalesced reads
+(DiskGNN's disk cache).
+
+Files: `X.packs` (batch regions, then segment regions), `X.packs.json` (the
+index: offsets, row counts, XXH3-64 of every region), `X.packs.pos` (int32:
+per batch, the batch positions of its own rows, then of its shared rows and
+their slots in the segment region).
 """
 
 from __future__ import annotations
@@ -34,69 +41,117 @@ PACKS_VERSION = 1
 
 @dataclass
 class PackPlan:
-    """Where each batch's cold rows go: sorted ids, their positions in the batch, region offsets."""
+    """Regions to write (sorted node ids each) and where each batch's rows come from."""
 
-    cold_ids: list[np.ndarray]
-    cold_pos: list[np.ndarray]
-    offsets: np.ndarray  # int64[num_batches + 1] region starts (4 KiB aligned), then the file end
+    regions: list[np.ndarray]  # batch regions first, then segment regions
+    own_pos: list[np.ndarray]  # per batch: positions in the batch of its own region's rows
+    shared_pos: list[np.ndarray]  # per batch: positions of rows held by its segment region
+    shared_slot: list[np.ndarray]  # per batch: their slots in that segment region
+    segment_batches: int  # batches per segment; 0 = no segments
 
     @property
     def packed_rows(self) -> int:
-        return sum(ids.size for ids in self.cold_ids)
+        return sum(ids.size for ids in self.regions)
 
 
-def plan(sample_file, placement: Placement, row_bytes: int) -> PackPlan:
-    cold_ids, cold_pos, offsets = [], [], [0]
+def _cold_rows(sample_file, placement: Placement):
+    """Per batch: its cold node ids, sorted, and their positions in the batch."""
+    ids, pos = [], []
     for batch in sample_file:
         tier, _ = placement.locate(batch.nodes)
-        pos = np.flatnonzero(tier < 0)
-        order = np.argsort(batch.nodes[pos])
-        cold_ids.append(batch.nodes[pos[order]])
-        cold_pos.append(pos[order].astype(np.int32))
-        offsets.append(offsets[-1] + padded(cold_ids[-1].size * row_bytes))
-    return PackPlan(cold_ids, cold_pos, np.asarray(offsets, dtype=np.int64))
+        p = np.flatnonzero(tier < 0)
+        order = np.argsort(batch.nodes[p])
+        ids.append(batch.nodes[p[order]])
+        pos.append(p[order].astype(np.int32))
+    return ids, pos
 
 
-def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
-               chunk_bytes: int = 64 << 20) -> "PackFile":
-    """Writes the packs of one sample file; returns them opened.
+def _segment_rows(cold_ids, size: int) -> int:
+    """Rows stored when segments of `size` batches keep each of their cold rows once."""
+    return sum(np.unique(np.concatenate(cold_ids[s: s + size])).size for s in range(0, len(cold_ids), size))
 
-    Memory: one feature chunk plus the plan (12 bytes per packed row).
-    """
-    out_path = Path(out_path)
+
+def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | None = None) -> PackPlan:
+    cold_ids, cold_pos = _cold_rows(sample_file, placement)
+    empty = [np.empty(0, np.int32) for _ in cold_ids]
+    total = sum(ids.size for ids in cold_ids)
+    if max_blowup is None or total <= max_blowup * num_nodes or not cold_ids:
+        return PackPlan(cold_ids, cold_pos, empty, list(empty), 0)
+    size = 2
+    while _segment_rows(cold_ids, size) > max_blowup * num_nodes:
+        if size >= len(cold_ids):
+            least = _segment_rows(cold_ids, len(cold_ids)) / num_nodes
+            raise DiskgnnError(f"--max-blowup {max_blowup:g} cannot be met: even one segment of all "
+                               f"{len(cold_ids)} batches stores {least:.2f} x num_nodes rows (raise the cap "
+                               f"or the cache budgets)")
+        size = min(2 * size, len(cold_ids))
+    own_ids, own_pos, shared_pos, shared_slot, segments = [], [], [], [], []
+    for s in range(0, len(cold_ids), size):
+        members = range(s, min(s + size, len(cold_ids)))
+        ids, counts = np.unique(np.concatenate([cold_ids[b] for b in members]), return_counts=True)
+        shared = ids[counts > 1]
+        segments.append(shared)
+        for b in members:
+            slot = np.searchsorted(shared, cold_ids[b])
+            in_shared = (slot < shared.size) & (shared[np.minimum(slot, shared.size - 1)] == cold_ids[b]) \
+                if shared.size else np.zeros(cold_ids[b].size, bool)
+            own_ids.append(cold_ids[b][~in_shared])
+            own_pos.append(cold_pos[b][~in_shared])
+            shared_pos.append(cold_pos[b][in_shared])
+            shared_slot.append(slot[in_shared].astype(np.int32))
+    return PackPlan(own_ids + segments, own_pos, shared_pos, shared_slot, size)
+
+
+def _write_regions(dataset: Dataset, regions: list[np.ndarray], offsets: np.ndarray, path: Path,
+                   chunk_bytes: int) -> list[str]:
+    """One sequential pass over the features filling every region; returns their checksums."""
     row = dataset.row_bytes
-    p = plan(sample_file, placement, row)
     chunk_rows = max(1, chunk_bytes // row)
-    cursors = np.zeros(len(p.cold_ids), dtype=np.int64)
-    hashers = [xxhash.xxh3_64() for _ in p.cold_ids]
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    with open(dataset.features_path, "rb") as src, open(tmp, "wb") as dst:
-        dst.truncate(int(p.offsets[-1]))
+    cursors = np.zeros(len(regions), dtype=np.int64)
+    hashers = [xxhash.xxh3_64() for _ in regions]
+    with open(dataset.features_path, "rb") as src, open(path, "wb") as dst:
+        dst.truncate(int(offsets[-1]))
         fd = dst.fileno()
         for lo in range(0, dataset.num_nodes, chunk_rows):
             hi = min(dataset.num_nodes, lo + chunk_rows)
             chunk = np.fromfile(src, dtype=np.uint8, count=(hi - lo) * row).reshape(hi - lo, row)
-            for b, ids in enumerate(p.cold_ids):
-                start = cursors[b]
+            for r, ids in enumerate(regions):
+                start = cursors[r]
                 end = int(np.searchsorted(ids, hi, side="left"))
                 if end == start:
                     continue
-                rows = np.ascontiguousarray(chunk[ids[start:end] - lo])
-                os.pwrite(fd, rows, int(p.offsets[b] + start * row))
-                hashers[b].update(rows)
-                cursors[b] = end
+                rows = chunk[ids[start:end] - lo]
+                os.pwrite(fd, rows, int(offsets[r] + start * row))
+                hashers[r].update(rows)
+                cursors[r] = end
         os.fsync(fd)
+    return [h.hexdigest() for h in hashers]
+
+
+def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
+               chunk_bytes: int = 64 << 20) -> "PackFile":
+    """Writes the packs of one sample file; returns them opened.
+
+    Memory: one feature chunk plus the plan (about 16 bytes per packed row).
+    """
+    out_path = Path(out_path)
+    row = dataset.row_bytes
+    p = plan(sample_file, placement, dataset.num_nodes, max_blowup)
+    offsets = np.concatenate([[0], np.cumsum([padded(ids.size * row) for ids in p.regions])]).astype(np.int64)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    checksums = _write_regions(dataset, p.regions, offsets, tmp, chunk_bytes)
+    nb = len(p.own_pos)
+    index = np.concatenate([a for b in range(nb) for a in (p.own_pos[b], p.shared_pos[b], p.shared_slot[b])]
+                           or [np.empty(0, np.int32)]).astype("<i4")
     pos_path = out_path.with_name(out_path.name + ".pos")
-    positions = np.concatenate(p.cold_pos) if p.cold_pos else np.empty(0, np.int32)
-    positions.tofile(pos_path.with_name(pos_path.name + ".tmp"))
+    index.tofile(pos_path.with_name(pos_path.name + ".tmp"))
     meta = {
         "format": PACKS_FORMAT, "format_version": PACKS_VERSION,
-        "samples": sample_file.meta["manifest_checksum"], "row_bytes": row,
-        "num_batches": len(p.cold_ids), "offsets": p.offsets.tolist(),
-        "rows": [int(ids.size) for ids in p.cold_ids],
-        "checksums": [h.hexdigest() for h in hashers],
-        "positions_checksum": xxhash.xxh3_64_hexdigest(positions.tobytes()),
-        "packed_rows": p.packed_rows, "blowup": p.packed_rows / dataset.num_nodes,
+        "samples": sample_file.meta["manifest_checksum"], "row_bytes": row, "num_batches": nb,
+        "offsets": offsets.tolist(), "rows": [int(ids.size) for ids in p.regions],
+        "shared_rows": [int(a.size) for a in p.shared_pos], "segment_batches": p.segment_batches,
+        "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index.tobytes()),
+        "packed_rows": p.packed_rows, "blowup": p.packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
         "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
     }
     meta["manifest_checksum"] = manifest_checksum(meta)
@@ -109,7 +164,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
 
 
 class PackFile:
-    """An epoch's packs: per batch, the region to read and where its rows go."""
+    """An epoch's packs: per batch, the regions to read and where their rows go."""
 
     def __init__(self, path):
         self.path = Path(path)
@@ -125,25 +180,30 @@ class PackFile:
         if size != self.offsets[-1]:
             raise DiskgnnError(f"{self.path}: {size} bytes, the index says {int(self.offsets[-1])}")
         pos_path = self.path.with_name(self.path.name + ".pos")
-        positions = np.fromfile(pos_path, dtype="<i4") if pos_path.exists() else None
-        if positions is None or xxhash.xxh3_64_hexdigest(positions.tobytes()) != self.meta["positions_checksum"]:
+        index = np.fromfile(pos_path, dtype="<i4") if pos_path.exists() else None
+        if index is None or xxhash.xxh3_64_hexdigest(index.tobytes()) != self.meta["index_checksum"]:
             raise DiskgnnError(f"{pos_path}: missing or fails its checksum")
         self.rows = np.asarray(self.meta["rows"], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(self.rows)])
-        self.positions = [positions[starts[b]: starts[b + 1]] for b in range(len(self.rows))]
+        nb = self.meta["num_batches"]
+        sizes = np.stack([self.rows[:nb], self.meta["shared_rows"], self.meta["shared_rows"]], 1).ravel()
+        parts = np.split(index, np.cumsum(sizes)[:-1]) if nb else []
+        self.own_pos, self.shared_pos, self.shared_slot = parts[0::3], parts[1::3], parts[2::3]
 
     @property
     def row_bytes(self) -> int:
         return self.meta["row_bytes"]
 
-    def region(self, b: int) -> tuple[int, int]:
-        """Byte offset and length of batch b's rows."""
-        return int(self.offsets[b]), int(self.rows[b]) * self.row_bytes
-
-    def check(self, b: int, data) -> None:
-        if xxhash.xxh3_64_hexdigest(data) != self.meta["checksums"][b]:
-            raise DiskgnnError(f"{self.path}: batch {b}'s packed rows fail their checksum (file is corrupted)")
-
     def __len__(self) -> int:
-        return len(self.rows)
+        return self.meta["num_batches"]
 
+    def region(self, r: int) -> tuple[int, int]:
+        """Byte offset and length of region r's rows (batch b is region b)."""
+        return int(self.offsets[r]), int(self.rows[r]) * self.row_bytes
+
+    def segment_region(self, b: int) -> int:
+        """The region holding batch b's shared rows."""
+        return len(self) + b // self.meta["segment_batches"]
+
+    def check(self, r: int, data) -> None:
+        if xxhash.xxh3_64_hexdigest(data) != self.meta["checksums"][r]:
+            raise DiskgnnError(f"{self.path}: region {r}'s packed rows fail their checksum (file is corrupted)")

@@ -2,9 +2,12 @@
 
 The placement (placement.py) says which rows each memory tier holds; the
 packs (pack.py) hold every other row a batch needs, contiguously. Assembling
-a batch copies its hot rows from the tiers and reads its cold rows with one
-range read of its pack region (O_DIRECT through the native reader), then
-scatters them into place. Each tier counts the rows it served and their bytes.
+a batch copies its hot rows from the memory tiers, gathers the rows its
+segment shares with neighbouring batches through the page cache (buffered,
+coalesced reads of the segment region, whose checksum is checked on first
+use), and reads its own cold rows with one range read of its pack region
+(O_DIRECT through the native reader), then scatters them into place. Each
+tier counts the rows it served and their bytes.
 On a CPU-only machine the host tier is the top tier; with CUDA the first tier
 lives on the device and host tiers are pinned.
 """
@@ -68,7 +71,10 @@ class FeatureStore:
         self.tiers = [load_tier(dataset, name, ids, device if t == 0 else "cpu", backend)
                       for t, (name, ids) in enumerate(zip(placement.tier_names, placement.tier_ids))]
         self.reader = FileReader(packs.path, backend)
+        self.page_cache = TierStats("page_cache")
         self.disk = TierStats("disk")
+        self._segment_reader = None
+        self._checked_segments = set()
         self._torch = torch
 
     @property
@@ -76,7 +82,7 @@ class FeatureStore:
         return self.reader.backend
 
     def stats(self) -> list[TierStats]:
-        return [t.stats for t in self.tiers] + [self.disk]
+        return [t.stats for t in self.tiers] + [self.page_cache, self.disk]
 
     def load(self, batch):
         """The features of batch.nodes, row i for node i, on the host."""
@@ -90,8 +96,14 @@ class FeatureStore:
                 out[torch.from_numpy(mine)] = cache.rows[torch.from_numpy(slot[mine])].to(out.device)
                 cache.stats.hits += mine.size
                 cache.stats.bytes += mine.size * self.dataset.row_bytes
+        shared = self.packs.shared_pos[batch.index]
+        if shared.size:
+            rows = self._segment_rows(batch.index)
+            out[torch.from_numpy(shared.astype(np.int64))] = torch.from_numpy(rows)
+            self.page_cache.hits += shared.size
+            self.page_cache.bytes += shared.size * self.dataset.row_bytes
         offset, length = self.packs.region(batch.index)
-        positions = self.packs.positions[batch.index]
+        positions = self.packs.own_pos[batch.index]
         if length:
             buf = np.empty(length, dtype=np.uint8)
             self.reader.read_ranges([[offset, length, 0]], buf)
@@ -102,5 +114,23 @@ class FeatureStore:
             self.disk.bytes += length
         return out
 
+    def _segment_rows(self, b: int) -> np.ndarray:
+        """Batch b's shared rows, gathered from its segment region through the page cache."""
+        r = self.packs.segment_region(b)
+        offset, length = self.packs.region(r)
+        if self._segment_reader is None:
+            self._segment_reader = FileReader(self.packs.path, "pread", direct=False)
+        if r not in self._checked_segments:
+            whole = np.empty(length, dtype=np.uint8)
+            self._segment_reader.read_ranges([[offset, length, 0]], whole)
+            self.packs.check(r, whole)
+            self._checked_segments.add(r)
+        slots = self.packs.shared_slot[b]
+        rows = self._segment_reader.gather_rows(slots, self.dataset.row_bytes, base_offset=offset,
+                                                num_rows=length // self.dataset.row_bytes)
+        return rows.view(self.dataset.feature_dtype).reshape(slots.size, -1)
+
     def close(self) -> None:
         self.reader.close()
+        if self._segment_reader is not None:
+            self._segment_reader.close()

@@ -29,13 +29,17 @@ CASES = [(199, 7, np.float32), (97, 4097, np.int8), (60, 1, np.uint8)]
 @pytest.mark.parametrize("nodes,dim,dtype", CASES)
 @pytest.mark.parametrize("cache_fraction", [0.0, 0.3, 2.0])
 @pytest.mark.parametrize("backend", ["auto", "pread", "mmap"])
-def test_assembled_batches_equal_the_oracle(tmp_path, nodes, dim, dtype, cache_fraction, backend):
+@pytest.mark.parametrize("max_blowup", [None, 1.2])
+def test_assembled_batches_equal_the_oracle(tmp_path, nodes, dim, dtype, cache_fraction, backend, max_blowup):
     ds = make_dataset(tmp_path, nodes, dim, dtype)
     sf = sample_epoch(ds, tmp_path / "epoch-00000.samples", fanouts=[3, 2], batch_size=16, seed=0, epoch=0)
     counts = access_counts([sf], ds.num_nodes)
     budget = int(cache_fraction * ds.num_nodes * ds.row_bytes)
     placement = place(counts, ds.row_bytes, [("host", budget // 2), ("host2", budget - budget // 2)])
-    packs = pack_epoch(ds, sf, placement, tmp_path / "epoch-00000.packs", chunk_bytes=5 * ds.row_bytes)
+    packs = pack_epoch(ds, sf, placement, tmp_path / "epoch-00000.packs", chunk_bytes=5 * ds.row_bytes,
+                       max_blowup=max_blowup)
+    if max_blowup is not None:
+        assert packs.meta["blowup"] <= max_blowup
     store = FeatureStore(ds, placement, packs, backend=backend)
     features = np.asarray(ds.features)
     served = 0
@@ -45,10 +49,11 @@ def test_assembled_batches_equal_the_oracle(tmp_path, nodes, dim, dtype, cache_f
         served += batch.nodes.size
     stats = {s.name: s for s in store.stats()}
     assert sum(s.hits for s in stats.values()) == served == counts.sum()
-    assert stats["disk"].hits == packs.meta["packed_rows"]
+    own_rows = sum(packs.meta["rows"][: len(sf)])
+    assert stats["disk"].hits == own_rows and stats["page_cache"].hits == sum(packs.meta["shared_rows"])
     if cache_fraction >= 1:
         assert packs.meta["packed_rows"] == 0 and stats["disk"].bytes == 0
-    if cache_fraction == 0:
+    if cache_fraction == 0 and max_blowup is None:
         assert packs.meta["packed_rows"] == counts.sum()
     expected = sum(placement.expected_hit_rates) * counts.sum()
     assert stats["host"].hits + stats["host2"].hits == pytest.approx(expected)
@@ -78,5 +83,17 @@ def test_corrupt_pack_is_detected(tmp_path):
         f.write(b"\xff")
     store = FeatureStore(ds, placement, PackFile(packs.path))
     store.load(sf[0])
-    with pytest.raises(DiskgnnError, match="batch 1's packed rows fail their checksum"):
+    with pytest.raises(DiskgnnError, match="region 1's packed rows fail their checksum"):
         store.load(sf[1])
+
+
+def test_blowup_cap_shares_rows_between_batches(tmp_path):
+    ds = make_dataset(tmp_path, 199, 7)
+    sf = sample_epoch(ds, tmp_path / "e.samples", fanouts=[5, 5], batch_size=8, seed=2, epoch=0)
+    placement = place(access_counts([sf], ds.num_nodes), ds.row_bytes, [("host", 0)])
+    free = pack_epoch(ds, sf, placement, tmp_path / "free.packs")
+    capped = pack_epoch(ds, sf, placement, tmp_path / "capped.packs", max_blowup=free.meta["blowup"] / 2)
+    assert capped.meta["blowup"] <= free.meta["blowup"] / 2 and capped.meta["segment_batches"] >= 2
+    assert sum(capped.meta["shared_rows"]) > 0
+    with pytest.raises(DiskgnnError, match="--max-blowup 0.01 cannot be met"):
+        pack_epoch(ds, sf, placement, tmp_path / "never.packs", max_blowup=0.01)
