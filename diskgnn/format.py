@@ -67,6 +67,27 @@ def manifest_checksum(manifest: dict) -> str:
     return xxhash.xxh3_128_hexdigest(text.encode())
 
 
+def read_index(path: Path, fmt: str, version: int) -> dict:
+    """Loads a JSON index of a derived file (samples, packs): format, version, own checksum."""
+    try:
+        meta = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DiskgnnError(f"{path}: cannot read the index ({e})") from None
+    if not isinstance(meta, dict) or meta.get("format") != fmt or meta.get("format_version") != version:
+        raise DiskgnnError(f"{path}: not a {fmt} v{version} index")
+    if meta.get("manifest_checksum") != manifest_checksum(meta):
+        raise DiskgnnError(f"{path}: checksum mismatch (the index was modified or corrupted)")
+    return meta
+
+
+def write_index_tmp(path: Path, meta: dict) -> Path:
+    """Adds the checksum and writes the index under its temporary name; the caller renames it last."""
+    meta["manifest_checksum"] = manifest_checksum(meta)
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    tmp.write_text(json.dumps(meta))
+    return tmp
+
+
 def file_checksum(path: Path, chunk_bytes: int = 16 << 20) -> str:
     """Hash of a whole file, read in chunks (memory stays at `chunk_bytes`)."""
     h = xxhash.xxh3_128()

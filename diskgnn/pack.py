@@ -23,7 +23,6 @@ their slots in the segment region).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +31,7 @@ import numpy as np
 import xxhash
 
 from .errors import DiskgnnError
-from .format import Dataset, manifest_checksum, padded
+from .format import Dataset, padded, read_index, write_index_tmp
 from .placement import Placement
 
 PACKS_FORMAT = "diskgnn-packs"
@@ -154,9 +153,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
         "packed_rows": p.packed_rows, "blowup": p.packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
         "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
     }
-    meta["manifest_checksum"] = manifest_checksum(meta)
-    meta_tmp = out_path.with_name(out_path.name + ".json.tmp")
-    meta_tmp.write_text(json.dumps(meta))
+    meta_tmp = write_index_tmp(out_path.with_name(out_path.name + ".json"), meta)
     os.replace(tmp, out_path)
     os.replace(pos_path.with_name(pos_path.name + ".tmp"), pos_path)
     os.replace(meta_tmp, out_path.with_name(out_path.name + ".json"))
@@ -168,13 +165,7 @@ class PackFile:
 
     def __init__(self, path):
         self.path = Path(path)
-        meta_path = self.path.with_name(self.path.name + ".json")
-        try:
-            self.meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise DiskgnnError(f"{meta_path}: cannot read pack index ({e})") from None
-        if self.meta.get("format") != PACKS_FORMAT or self.meta.get("manifest_checksum") != manifest_checksum(self.meta):
-            raise DiskgnnError(f"{meta_path}: not a valid {PACKS_FORMAT} index (wrong format or checksum)")
+        self.meta = read_index(self.path.with_name(self.path.name + ".json"), PACKS_FORMAT, PACKS_VERSION)
         self.offsets = np.asarray(self.meta["offsets"], dtype=np.int64)
         size = self.path.stat().st_size if self.path.exists() else -1
         if size != self.offsets[-1]:

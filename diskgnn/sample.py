@@ -14,7 +14,6 @@ records back to back; `epoch-NNNNN.json` holds their offsets and checksums.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +22,7 @@ import numpy as np
 import xxhash
 
 from .errors import DiskgnnError
-from .format import Dataset, manifest_checksum
+from .format import Dataset, read_index, write_index_tmp
 
 SAMPLES_FORMAT = "diskgnn-samples"
 SAMPLES_VERSION = 1
@@ -95,15 +94,7 @@ class SampleFile:
 
     def __init__(self, path):
         self.path = Path(path)
-        meta_path = self.path.with_suffix(".json")
-        try:
-            self.meta = json.loads(meta_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise DiskgnnError(f"{meta_path}: cannot read sample index ({e})") from None
-        if self.meta.get("format") != SAMPLES_FORMAT or self.meta.get("format_version") != SAMPLES_VERSION:
-            raise DiskgnnError(f"{meta_path}: not a {SAMPLES_FORMAT} v{SAMPLES_VERSION} index")
-        if self.meta.get("manifest_checksum") != manifest_checksum(self.meta):
-            raise DiskgnnError(f"{meta_path}: checksum mismatch (the index was modified or corrupted)")
+        self.meta = read_index(self.path.with_suffix(".json"), SAMPLES_FORMAT, SAMPLES_VERSION)
         size = self.path.stat().st_size if self.path.exists() else -1
         if size != self.meta["file_bytes"]:
             raise DiskgnnError(f"{self.path}: {size} bytes, the index says {self.meta['file_bytes']}")
@@ -180,9 +171,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "num_batches": len(batches), "num_seeds": int(seeds.size),
         "offsets": offsets, "checksums": checksums, "file_bytes": offsets[-1],
     }
-    meta["manifest_checksum"] = manifest_checksum(meta)
-    meta_tmp = out_path.with_suffix(".json.tmp")
-    meta_tmp.write_text(json.dumps(meta))
+    meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)
     os.replace(tmp, out_path)
     os.replace(meta_tmp, out_path.with_suffix(".json"))
     return SampleFile(out_path)
