@@ -17,7 +17,6 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 
 from diskgnn.format import open_dataset
 from diskgnn.pack import pack_epoch, plan

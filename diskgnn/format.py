@@ -278,7 +278,7 @@ class Dataset:
 
     @property
     def features_path(self) -> str:
-        return str(self.path / FILE_NAMES["features"])
+        return str(self.file_path("features"))
 
     def file_path(self, kind: str) -> Path:
         return self.path / self.manifest["files"][kind]["name"]

@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from . import __version__
 from .csc import CscBuilder
 from .errors import DiskgnnError, run_cli
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder

@@ -37,7 +37,7 @@ class MemoryTier:
 
     name: str
     rows: "object"  # torch.Tensor [num_rows, dim]
-    stats: TierStats = field(default=None)
+    stats: TierStats = field(init=False)
 
     def __post_init__(self):
         self.stats = TierStats(self.name)

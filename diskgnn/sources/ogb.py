@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DiskgnnError
-from .base import NpyArray, Source, npz_member, open_text, require, text_rows
+from .base import Source, npz_member, open_text, require, text_rows
 from .npy import edge_index_chunks
 
 
