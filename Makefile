@@ -19,8 +19,9 @@ LIB_SRC := $(filter-out native/bindings.cc,$(wildcard native/*.cc))
 
 setup: $(EXT)
 
-# Installs Debian's liburing-dev when missing (root + apt only), then records
-# which liburing the build sees so that the extension is rebuilt when it changes.
+# Installs Debian's liburing-dev and libxxhash-dev when missing (root + apt
+# only), then records which liburing and xxHash the build sees so that the
+# extension is rebuilt when they change. The packer needs xxhash.h.
 native-deps:
 	@mkdir -p build
 	@if ! pkg-config --exists liburing 2>/dev/null; then \
@@ -32,7 +33,16 @@ native-deps:
 	    echo "setup: liburing not found and not root with apt: building without io_uring; the pread fallback will be used"; \
 	  fi; \
 	fi
-	@state="$$(pkg-config --modversion liburing 2>/dev/null || echo none)"; \
+	@if ! pkg-config --exists libxxhash 2>/dev/null && [ ! -f /usr/include/xxhash.h ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "setup: installing libxxhash-dev for the packer's checksums"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libxxhash-dev) >build/apt-xxhash.log 2>&1 \
+	      || echo "setup: apt-get failed (see build/apt-xxhash.log): the build needs xxhash.h"; \
+	  else \
+	    echo "setup: xxhash.h not found and not root with apt: install libxxhash-dev (the build needs it)"; \
+	  fi; \
+	fi
+	@state="$$(pkg-config --modversion liburing 2>/dev/null || echo none) xxhash $$(pkg-config --modversion libxxhash 2>/dev/null || echo none)"; \
 	  [ -f $(URING) ] && [ "$$(cat $(URING))" = "$$state" ] || echo "$$state" > $(URING)
 
 $(URING): native-deps
@@ -47,15 +57,11 @@ $(EXT): $(DEPS) $(URING) setup.py $(NATIVE)
 	@$(VPY) -c "import diskgnn; print('setup: native extension built;', diskgnn.native_info())"
 	@touch $@
 
-# Until the trainer lands (issue 5) the main job is preparing and verifying the
-# built-in synthetic dataset, cached under $DISKGNN_HOME.
-DISKGNN_HOME ?= $(HOME)/.cache/diskgnn
-DEFAULT_DATA := $(DISKGNN_HOME)/synthetic-default
+# The main job: `python -m diskgnn.train` with no arguments prepares the
+# built-in synthetic dataset once (under $DISKGNN_HOME, default
+# ~/.cache/diskgnn) and trains on it end to end.
 run: setup
-	@mkdir -p $(DISKGNN_HOME)
-	@test -f $(DEFAULT_DATA)/manifest.json || $(VPY) -m diskgnn.prepare synthetic --nodes 2000000 \
-	  --feat-dim 128 --avg-degree 10 --classes 16 --seed 0 --memory-budget 1GiB --out $(DEFAULT_DATA)
-	$(VPY) -m diskgnn.verify $(DEFAULT_DATA)
+	$(VPY) -m diskgnn.train
 
 test: setup
 	@$(MAKE) --no-print-directory test-native

@@ -2,10 +2,13 @@
 
 io_uring support is compiled in when pkg-config finds the system liburing;
 otherwise the extension is built without it and the reader falls back to
-pread (``diskgnn.native_info()`` says which).
+pread (``diskgnn.native_info()`` says which). The packer needs the xxHash
+header (Debian: libxxhash-dev; `make setup` installs it), used header-only.
 """
+import os
 import shutil
 import subprocess
+import sys
 
 from pybind11.setup_helpers import Pybind11Extension, build_ext
 from setuptools import find_packages, setup
@@ -22,8 +25,24 @@ def liburing_flags():
     return cflags, libs
 
 
+def xxhash_cflags():
+    """Compiler flags for <xxhash.h>: pkg-config's libxxhash where it has one, else the system include path."""
+    if shutil.which("pkg-config") is not None:
+        try:
+            return subprocess.check_output(["pkg-config", "--cflags", "libxxhash"], text=True,
+                                           stderr=subprocess.DEVNULL).split()
+        except subprocess.CalledProcessError:
+            pass
+    if any(os.path.isfile(os.path.join(d, "xxhash.h")) for d in ("/usr/include", "/usr/local/include")):
+        return []
+    sys.exit("setup.py: xxhash.h not found: install the xxHash headers (Debian/Ubuntu: apt-get install libxxhash-dev, "
+             "or run make setup as root)")
+
+
 NATIVE_SOURCES = [
+    "native/aggregate.cc",
     "native/bindings.cc",
+    "native/packer.cc",
     "native/pread_engine.cc",
     "native/read_engine.cc",
     "native/read_plan.cc",
@@ -34,7 +53,7 @@ NATIVE_SOURCES = [
 ]
 
 uring = liburing_flags()
-compile_args = ["-O3", "-Wall", "-Wextra"]
+compile_args = ["-O3", "-Wall", "-Wextra", *xxhash_cflags()]
 link_args = []
 macros = []
 if uring is not None:

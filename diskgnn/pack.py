@@ -31,8 +31,9 @@ import numpy as np
 import xxhash
 
 from .errors import DiskgnnError
-from .format import Dataset, padded, read_index, write_index_tmp
+from .format import Dataset, _guard_io, padded, read_index, write_index_tmp
 from .placement import Placement
+from .units import parse_size
 
 PACKS_FORMAT = "diskgnn-packs"
 PACKS_VERSION = 1
@@ -101,44 +102,49 @@ def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | 
     return PackPlan(own_ids + segments, own_pos, shared_pos, shared_slot, size)
 
 
-def _write_regions(dataset: Dataset, regions: list[np.ndarray], offsets: np.ndarray, path: Path,
-                   chunk_bytes: int) -> list[str]:
-    """One sequential pass over the features filling every region; returns their checksums."""
-    row = dataset.row_bytes
-    chunk_rows = max(1, chunk_bytes // row)
-    cursors = np.zeros(len(regions), dtype=np.int64)
-    hashers = [xxhash.xxh3_64() for _ in regions]
-    with open(dataset.features_path, "rb") as src, open(path, "wb") as dst:
-        dst.truncate(int(offsets[-1]))
-        fd = dst.fileno()
-        for lo in range(0, dataset.num_nodes, chunk_rows):
-            hi = min(dataset.num_nodes, lo + chunk_rows)
-            chunk = np.fromfile(src, dtype=np.uint8, count=(hi - lo) * row).reshape(hi - lo, row)
-            for r, ids in enumerate(regions):
-                start = cursors[r]
-                end = int(np.searchsorted(ids, hi, side="left"))
-                if end == start:
-                    continue
-                rows = chunk[ids[start:end] - lo]
-                os.pwrite(fd, rows, int(offsets[r] + start * row))
-                hashers[r].update(rows)
-                cursors[r] = end
-        os.fsync(fd)
-    return [h.hexdigest() for h in hashers]
+DEFAULT_MEMORY_BUDGET = 1 << 30
+
+
+def _default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
 
 
 def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
-               chunk_bytes: int = 64 << 20) -> "PackFile":
+               chunk_bytes: int = 64 << 20, memory_budget: int | str = DEFAULT_MEMORY_BUDGET,
+               threads: int | None = None) -> "PackFile":
     """Writes the packs of one sample file; returns them opened.
 
-    Memory: one feature chunk plus the plan (about 16 bytes per packed row).
+    The native packer (native/packer.h) reads the features once, front to
+    back, gathering with `threads` threads (default: the cores, at most 8).
+    Memory: `memory_budget` (bytes, or a size such as "512MiB") for its
+    chunk and staging buffers, plus the plan (about 20 bytes per packed row).
     """
+    from . import _native
+
     out_path = Path(out_path)
     row = dataset.row_bytes
+    budget = parse_size(memory_budget)
+    threads = _default_threads() if threads is None else threads
+    if threads < 1:
+        raise DiskgnnError(f"threads must be at least 1, got {threads}")
     p = plan(sample_file, placement, dataset.num_nodes, max_blowup)
-    offsets = np.concatenate([[0], np.cumsum([padded(ids.size * row) for ids in p.regions])]).astype(np.int64)
+    sizes = np.array([ids.size for ids in p.regions], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum([padded(int(n) * row) for n in sizes])]).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ids = np.concatenate(p.regions).astype(np.int64, copy=False) if p.regions else np.empty(0, np.int64)
     tmp = out_path.with_name(out_path.name + ".tmp")
-    checksums = _write_regions(dataset, p.regions, offsets, tmp, chunk_bytes)
+    try:
+        stats = _guard_io(tmp, lambda: _native.pack_regions(
+            dataset.features_path, dataset.num_nodes, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
+            memory_budget=budget, threads=threads))
+    except _native.MemoryBudgetError as e:
+        tmp.unlink(missing_ok=True)
+        raise DiskgnnError(f"{out_path}: {e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    del ids
+    checksums = [f"{c:016x}" for c in stats.pop("checksums")]
     nb = len(p.own_pos)
     index = np.concatenate([a for b in range(nb) for a in (p.own_pos[b], p.shared_pos[b], p.shared_slot[b])]
                            or [np.empty(0, np.int32)]).astype("<i4")
@@ -147,7 +153,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     meta = {
         "format": PACKS_FORMAT, "format_version": PACKS_VERSION,
         "samples": sample_file.meta["manifest_checksum"], "row_bytes": row, "num_batches": nb,
-        "offsets": offsets.tolist(), "rows": [int(ids.size) for ids in p.regions],
+        "offsets": offsets.tolist(), "rows": sizes.tolist(),
         "shared_rows": [int(a.size) for a in p.shared_pos], "segment_batches": p.segment_batches,
         "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index.tobytes()),
         "packed_rows": p.packed_rows, "blowup": p.packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
@@ -157,7 +163,9 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     os.replace(tmp, out_path)
     os.replace(pos_path.with_name(pos_path.name + ".tmp"), pos_path)
     os.replace(meta_tmp, out_path.with_name(out_path.name + ".json"))
-    return PackFile(out_path)
+    packs = PackFile(out_path)
+    packs.packing = stats
+    return packs
 
 
 class PackFile:
@@ -165,6 +173,7 @@ class PackFile:
 
     def __init__(self, path):
         self.path = Path(path)
+        self.packing: dict | None = None  # the packer's statistics, where pack_epoch just wrote these packs
         self.meta = read_index(self.path.with_name(self.path.name + ".json"), PACKS_FORMAT, PACKS_VERSION)
         self.offsets = np.asarray(self.meta["offsets"], dtype=np.int64)
         size = self.path.stat().st_size if self.path.exists() else -1

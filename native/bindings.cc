@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "aggregate.h"
+#include "packer.h"
 #include "reader.h"
 #include "sampler.h"
 #include "uring_support.h"
@@ -24,6 +26,7 @@ diskgnn::direct_mode parse_direct(const std::string& direct) {
 // Output arrays are taken without conversion (noconvert): a converted copy
 // would receive the data and be thrown away.
 using out_array = py::array_t<uint8_t, py::array::c_style>;
+using id_array = py::array_t<int64_t, py::array::c_style | py::array::forcecast>;
 
 }  // namespace
 
@@ -47,6 +50,8 @@ PYBIND11_MODULE(_native, m) {
       PyErr_SetString(PyExc_EOFError, e.what());
     }
   });
+
+  py::register_exception<diskgnn::memory_budget_error>(m, "MemoryBudgetError", PyExc_ValueError);
 
   py::class_<diskgnn::read_ticket>(m, "ReadTicket", "A submitted read; the output is ready once wait() returns.")
       .def("wait", &diskgnn::read_ticket::wait, py::call_guard<py::gil_scoped_release>(),
@@ -115,6 +120,45 @@ PYBIND11_MODULE(_native, m) {
         return d;
       });
 
+  using rows_array = py::array_t<float, py::array::c_style>;
+  using edge_array = py::array_t<int64_t, py::array::c_style>;
+  auto check_block = [](const edge_array& indptr, const edge_array& indices, const rows_array& in,
+                        const rows_array& out, int64_t in_rows, int64_t out_rows) {
+    if (in.ndim() != 2 || out.ndim() != 2 || in.shape(1) != out.shape(1)) {
+      throw std::invalid_argument("rows must be 2-d float32 arrays of the same width");
+    }
+    if (indptr.size() < 1 || indices.size() < indptr.data()[indptr.size() - 1] || in.shape(0) != in_rows ||
+        out.shape(0) != out_rows) {
+      throw std::invalid_argument("indptr, indices and row counts do not match");
+    }
+  };
+  m.def(
+      "csc_sum",
+      [check_block](const edge_array& indptr, const edge_array& indices, const rows_array& src, rows_array& out,
+                    int num_threads) {
+        const int64_t num_dst = indptr.size() - 1;
+        check_block(indptr, indices, src, out, src.shape(0), num_dst);
+        float* o = out.mutable_data();
+        py::gil_scoped_release release;
+        diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, src.data(), src.shape(0), src.shape(1), o,
+                         num_threads);
+      },
+      py::arg("indptr"), py::arg("indices"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
+      "out[i] = sum of src[indices[indptr[i]:indptr[i+1]]] (float32 rows, int64 CSC).");
+  m.def(
+      "csc_sum_transpose",
+      [check_block](const edge_array& indptr, const edge_array& indices, const rows_array& grad_out,
+                    rows_array& grad_src, int num_threads) {
+        const int64_t num_dst = indptr.size() - 1;
+        check_block(indptr, indices, grad_src, grad_out, grad_src.shape(0), num_dst);
+        float* g = grad_src.mutable_data();
+        py::gil_scoped_release release;
+        diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, grad_out.data(), grad_src.shape(0),
+                                   grad_src.shape(1), g, num_threads);
+      },
+      py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
+      py::arg("num_threads"), "grad_src[j] = sum of grad_out[i] over the edges (j -> i): csc_sum's transpose.");
+
   py::class_<diskgnn::CscView>(m, "CscView", "A dataset's CSC topology, memory-mapped read-only.")
       .def(py::init<const std::string&, const std::string&, int64_t, int64_t, int>(), py::arg("indptr_path"),
            py::arg("indices_path"), py::arg("num_nodes"), py::arg("num_edges"), py::arg("indices_bytes_per_id"))
@@ -143,4 +187,50 @@ PYBIND11_MODULE(_native, m) {
       py::arg("graph"), py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"),
       py::arg("seed"), py::arg("num_threads"),
       "Samples batches of seeds; returns one record (bytes) per batch, in order (layout in sampler.h).");
+
+  m.def(
+      "pack_regions",
+      [](const std::string& features_path, uint64_t num_rows, uint64_t row_bytes, const id_array& ids,
+         const id_array& starts, const id_array& offsets, const std::string& out_path, uint64_t chunk_bytes,
+         uint64_t memory_budget, uint64_t max_write_bytes, unsigned threads, unsigned write_depth,
+         const std::string& direct) {
+        if (starts.ndim() != 1 || offsets.ndim() != 1 || starts.size() < 1 || offsets.size() != starts.size()) {
+          throw std::invalid_argument("starts and offsets must be 1-d with one entry per region plus one");
+        }
+        diskgnn::packer_options o;
+        o.chunk_bytes = chunk_bytes;
+        o.memory_budget = memory_budget;
+        o.max_write_bytes = max_write_bytes;
+        o.threads = threads;
+        o.write_depth = write_depth;
+        o.direct = parse_direct(direct);
+        diskgnn::pack_result r;
+        {
+          py::gil_scoped_release release;
+          r = diskgnn::pack_regions(features_path, num_rows, row_bytes, ids.data(), static_cast<size_t>(ids.size()),
+                                    starts.data(), offsets.data(), static_cast<size_t>(starts.size() - 1), out_path, o);
+        }
+        py::dict d;
+        d["checksums"] = r.checksums;
+        d["read_direct"] = r.read_direct;
+        d["write_direct"] = r.write_direct;
+        d["read_fallback_reason"] = r.read_fallback_reason;
+        d["write_fallback_reason"] = r.write_fallback_reason;
+        d["chunk_bytes"] = r.chunk_bytes;
+        d["staging_bytes"] = r.staging_bytes;
+        d["buffer_bytes"] = r.buffer_bytes;
+        d["bytes_read"] = r.bytes_read;
+        d["bytes_written"] = r.bytes_written;
+        d["writes"] = r.writes;
+        d["read_wait_s"] = r.read_wait_s;
+        d["buffer_wait_s"] = r.buffer_wait_s;
+        d["sync_s"] = r.sync_s;
+        return d;
+      },
+      py::arg("features_path"), py::arg("num_rows"), py::arg("row_bytes"), py::arg("ids"), py::arg("starts"),
+      py::arg("offsets"), py::arg("out_path"), py::arg("chunk_bytes") = 64 << 20, py::arg("memory_budget") = 1 << 30,
+      py::arg("max_write_bytes") = 4 << 20, py::arg("threads") = 2, py::arg("write_depth") = 8,
+      py::arg("direct") = "auto",
+      "Writes a pack file in one pass over the features (layout in packer.h); returns the regions' XXH3-64 "
+      "checksums and I/O statistics.");
 }
