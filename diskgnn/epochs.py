@@ -1,0 +1,145 @@
+"""Each epoch's offline work: its sample file and its packs, prepared one epoch ahead.
+
+Epoch 0 is sampled first and its access counts decide the placement (which
+rows the memory tiers hold) for the whole run: which rows are hot is a
+property of the graph's degrees, so it barely changes between epochs, while
+reloading the tiers every epoch would cost a full read of them. Every epoch's
+packs are written against that placement. In the default mode each epoch has
+fresh samples, and epoch e + 1 is sampled and packed in a background thread
+while epoch e trains (the native sampler and packer release the GIL); at
+most two epochs' files are on disk at once. In replay mode (DiskGNN's) epoch
+0's samples and packs are reused, visited in a new order each epoch.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .format import Dataset
+from .pack import PackFile, pack_epoch
+from .placement import Placement, access_counts, place
+from .sample import SampleFile, batch_order, sample_epoch
+
+
+@dataclass
+class EpochFiles:
+    samples: SampleFile
+    packs: PackFile
+
+
+class OfflineEpochs:
+    def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
+                 max_blowup: float | None, threads: int | None, pack_memory: int):
+        self.dataset, self.dir = dataset, Path(workdir)
+        self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
+        self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.sample_s = 0.0
+        self.pack_s = 0.0
+        self.placement: Placement | None = None
+        self._ready: dict[int, EpochFiles] = {}
+        self._samples0: SampleFile | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def sample(self, epoch: int) -> SampleFile:
+        start = time.perf_counter()
+        sf = sample_epoch(self.dataset, self.dir / f"epoch-{epoch:05d}.samples", fanouts=self.fanouts,
+                          batch_size=self.batch_size, seed=self.seed, epoch=epoch, threads=self.threads)
+        self.sample_s += time.perf_counter() - start
+        return sf
+
+    def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
+        """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
+        self._samples0 = self.sample(0)
+        counts = access_counts([self._samples0], self.dataset.num_nodes)
+        self.placement = place(counts, self.dataset.row_bytes, budgets)
+        return self.placement
+
+    def samples_bytes(self) -> int:
+        """Size of epoch 0's sample file (every epoch's is about the same)."""
+        return self._samples0.meta["file_bytes"]
+
+    def cold_bytes(self) -> int:
+        """Bytes epoch 0's packs will take before any blow-up cap (every cold access, 4 KiB-padded)."""
+        total = 0
+        for batch in self._samples0:
+            tier, _ = self.placement.locate(batch.nodes)
+            total += int((tier < 0).sum()) * self.dataset.row_bytes + 4096
+        if self.max_blowup is not None:
+            total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.dataset.row_bytes))
+        return total
+
+    def pack(self, samples: SampleFile, name: str) -> PackFile:
+        start = time.perf_counter()
+        packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=self.max_blowup,
+                           memory_budget=self.pack_memory, threads=self.threads)
+        self.pack_s += time.perf_counter() - start
+        return packs
+
+    def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int) -> EpochFiles:
+        """Eval batches of a split, sampled and packed once for the whole run."""
+        start = time.perf_counter()
+        samples = sample_epoch(self.dataset, self.dir / f"{split}.samples", fanouts=list(fanouts),
+                               batch_size=self.batch_size, seed=self.seed, epoch=epoch_key, seeds=seeds,
+                               threads=self.threads)
+        self.sample_s += time.perf_counter() - start
+        return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
+
+    def _prepare(self, epoch: int) -> EpochFiles:
+        samples = self._samples0 if epoch == 0 else self.sample(epoch)
+        return EpochFiles(samples, self.pack(samples, f"epoch-{epoch:05d}.packs"))
+
+    def files(self, epoch: int) -> EpochFiles:
+        """Epoch's files, waiting for the background preparation when it is running."""
+        key = 0 if self.replay else epoch
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+        if key not in self._ready:
+            self._ready[key] = self._prepare(key)
+        return self._ready[key]
+
+    def order(self, epoch: int, num_batches: int) -> np.ndarray:
+        return batch_order(num_batches, self.seed, epoch) if self.replay else np.arange(num_batches)
+
+    def prefetch(self, epoch: int) -> None:
+        """Starts preparing `epoch` in the background (nothing to do in replay mode)."""
+        if self.replay or epoch in self._ready or self._thread is not None:
+            return
+
+        def run():
+            try:
+                self._ready[epoch] = self._prepare(epoch)
+            except BaseException as e:  # noqa: BLE001 - re-raised by files()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="diskgnn-next-epoch", daemon=True)
+        self._thread.start()
+
+    def release(self, epoch: int) -> None:
+        """Deletes a finished epoch's files (fresh-sample mode keeps two epochs on disk at most)."""
+        if self.replay or epoch not in self._ready:
+            return
+        files = self._ready.pop(epoch)
+        for path in (files.samples.path, files.samples.path.with_suffix(".json"), files.packs.path,
+                     files.packs.path.with_name(files.packs.path.name + ".json"),
+                     files.packs.path.with_name(files.packs.path.name + ".pos")):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

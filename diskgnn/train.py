@@ -1,0 +1,425 @@
+"""`python -m diskgnn.train`: plans, samples, packs and trains a GNN out of core.
+
+With no arguments it prepares the built-in synthetic dataset once (cached
+under $DISKGNN_HOME, default ~/.cache/diskgnn) and trains on it end to end.
+
+The run: resolve the configuration (defaults < --config FILE.yaml < flags)
+-> plan (sizes, budgets; impossible settings refused) -> sample epoch 0 and
+place the hottest rows in the memory tiers (expected hit rates printed) ->
+pack -> per epoch, the pipeline (sample -> read -> assemble -> copy -> train
+step) while the next epoch is sampled and packed in the background -> eval
+-> checkpoints (best and last) -> summary JSON. Everything the run writes
+lives in its workdir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import xxhash
+from tqdm import tqdm
+
+from . import __version__
+from .config import TrainConfig, resolve, save
+from .epochs import OfflineEpochs
+from .errors import DiskgnnError, run_cli
+from .format import Dataset, open_dataset, read_manifest
+from .loader import OfflineLoader, OnlineLoader
+from .memory import peak_rss_bytes
+from .models import GNN
+from .pipeline import StageTime
+from .store import FeatureStore, load_tiers
+from .units import format_size, parse_size
+
+# The built-in dataset: 1 GiB of features, more than the default host cache.
+DEFAULT_SYNTHETIC = dict(nodes=2_000_000, feat_dim=128, avg_degree=10, classes=16, seed=0)
+DEFAULT_SPLITS = (0.1, 0.05, 0.05)
+BASE_RSS = 450 << 20  # Python, torch and the extension before any data
+PACK_MEMORY = 256 << 20  # the packer's chunk and staging buffers
+EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
+
+
+def diskgnn_home() -> Path:
+    return Path(os.environ.get("DISKGNN_HOME", "~/.cache/diskgnn")).expanduser()
+
+
+def default_dataset(progress: bool) -> Path:
+    """The built-in synthetic dataset, prepared on first use (and again if its recipe changed)."""
+    from .prepare import prepare
+
+    path = diskgnn_home() / "synthetic-default"
+    expected = "synthetic(nodes={nodes}, feat_dim={feat_dim}, avg_degree={avg_degree}, classes={classes}, " \
+               "seed={seed})".format(**DEFAULT_SYNTHETIC)
+    try:
+        producer = read_manifest(path)["producer"]
+        if producer["source"] == expected and producer["options"]["split"].startswith(
+                "ratios " + ",".join(f"{r:g}" for r in DEFAULT_SPLITS)):
+            return path
+    except (DiskgnnError, KeyError):
+        pass
+    print(f"train: preparing the built-in synthetic dataset in {path} (once)", flush=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return prepare("synthetic", path, undirected=True, split_ratios=DEFAULT_SPLITS, memory_budget="1GiB",
+                   overwrite=True, synthetic=DEFAULT_SYNTHETIC, progress=progress, report=True)
+
+
+def _batch_rows(ds: Dataset, batch_size: int, fanouts: list[int]) -> int:
+    """Upper bound on the input nodes of one batch."""
+    rows = nodes = batch_size
+    for f in fanouts:
+        nodes = ds.num_nodes if f < 0 else nodes * f
+        rows = min(ds.num_nodes, rows + nodes)
+    return rows
+
+
+def working_set(ds: Dataset, cfg: TrainConfig) -> int:
+    """Host memory the run needs besides its caches: an estimate, checked against the budget."""
+    rows = _batch_rows(ds, cfg.batch_size, cfg.fanout_list)
+    queued = (cfg.read_depth + 6) * rows * (ds.row_bytes + 64)  # features, ids and blocks in the stages
+    activations = 4 * rows * max(cfg.hidden, ds.feature_dim) * 4  # the batch being trained
+    tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
+    return BASE_RSS + tables + queued + activations + PACK_MEMORY
+
+
+def resolve_device(cfg: TrainConfig) -> str:
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise DiskgnnError("--device cuda: CUDA is not available on this machine (torch "
+                           f"{torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA)")
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
+def tier_budgets(ds: Dataset, cfg: TrainConfig, device: str) -> list[tuple[str, int]]:
+    """(tier, bytes) from the fastest: the device cache with CUDA, then the host cache."""
+    budget = parse_size(cfg.memory_budget)
+    need = working_set(ds, cfg)
+    features = ds.num_nodes * ds.row_bytes
+    if budget < need:
+        raise DiskgnnError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
+                           f"about {format_size(need)} (lower --batch-size, --fanouts or --read-depth, or raise "
+                           "the budget)")
+    if cfg.host_cache == "auto":
+        host = min(features, (budget - need) // 2)  # the other half: page cache for segments and the OS
+    else:
+        host = parse_size(cfg.host_cache)
+        if host + need > budget:
+            raise DiskgnnError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(need)}) "
+                               f"exceed --memory-budget {cfg.memory_budget}")
+    tiers = [("host", host)]
+    if device != "cpu":
+        if cfg.device_cache == "auto":
+            free, _ = torch.cuda.mem_get_info()
+            dev = min(features, free // 4)
+        else:
+            dev = parse_size(cfg.device_cache)
+        tiers.insert(0, ("device", dev))
+    return tiers
+
+
+def _dir_free(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+class Checkpoints:
+    """best.pt and last.pt in the workdir, each with an XXH3-64 checked on load."""
+
+    def __init__(self, directory: Path):
+        self.dir = directory
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def save(self, name: str, state: dict) -> None:
+        path = self.dir / f"{name}.pt"
+        tmp = path.with_name(path.name + ".tmp")
+        torch.save(state, tmp)
+        digest = xxhash.xxh3_64_hexdigest(tmp.read_bytes())
+        tmp.replace(path)
+        sidecar = path.with_name(path.name + ".xxh3")
+        sidecar.with_name(sidecar.name + ".tmp").write_text(digest + "\n")
+        sidecar.with_name(sidecar.name + ".tmp").replace(sidecar)
+
+    def load(self, name: str) -> dict:
+        path = self.dir / f"{name}.pt"
+        sidecar = path.with_name(path.name + ".xxh3")
+        if not path.exists() or not sidecar.exists():
+            raise DiskgnnError(f"{path}: no checkpoint to resume from (run without --resume first)")
+        if xxhash.xxh3_64_hexdigest(path.read_bytes()) != sidecar.read_text().strip():
+            raise DiskgnnError(f"{path}: fails its checksum (the checkpoint is corrupted)")
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
+class Run:
+    """One training run: its data, loaders, model and accounting."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        self.device = resolve_device(cfg)
+        self.data = Path(cfg.data) if cfg.data else default_dataset(cfg.progress)
+        self.ds = open_dataset(self.data)
+        self.workdir = Path(cfg.workdir) if cfg.workdir else diskgnn_home() / "runs" / self.data.name
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        save(cfg, self.workdir / "config.yaml")
+        self.labels = np.asarray(self.ds.labels)
+        self.train_ids = self.ds.split("train")
+        if self.train_ids.size == 0:
+            raise DiskgnnError(f"{self.data}: the train split is empty")
+        if self.ds.num_classes < 2:
+            raise DiskgnnError(f"{self.data}: needs at least 2 classes to train a classifier")
+        self.stage_times: dict[str, StageTime] = {}
+        self.epochs: OfflineEpochs | None = None
+        self.tiers = None
+        self.backend = cfg.backend
+
+    # -- planning -----------------------------------------------------------------------------
+    def plan(self) -> dict:
+        cfg, ds = self.cfg, self.ds
+        feats = ds.num_nodes * ds.row_bytes
+        print(f"plan: dataset {self.data}: {ds.num_nodes:,} nodes, {ds.num_edges:,} edges, features "
+              f"{ds.feature_dim} x {ds.feature_dtype.name} = {format_size(feats)}; splits "
+              + ", ".join(f"{s} {ds.split(s).size:,}" for s in ("train", "val", "test")))
+        budgets = tier_budgets(ds, cfg, self.device)
+        print(f"plan: memory budget {cfg.memory_budget}: working set ~{format_size(working_set(ds, cfg))}, "
+              + ", ".join(f"{name} cache {format_size(b)}" for name, b in budgets)
+              + f"; device {self.device}; sampling {cfg.sampling}; model {cfg.model} "
+              f"(fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})")
+        info = {"feature_bytes": feats, "tier_budgets": dict(budgets), "working_set_bytes": working_set(ds, cfg)}
+        if cfg.sampling == "online":
+            print("plan: online sampling: no placement (future accesses unknown); every row is read from "
+                  "the feature file")
+            return info
+        self.epochs = OfflineEpochs(ds, self.workdir / "epochs", fanouts=cfg.fanout_list,
+                                    batch_size=cfg.batch_size, seed=cfg.seed, replay=cfg.sampling == "replay",
+                                    max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=PACK_MEMORY)
+        placement = self.epochs.plan_placement(budgets)
+        samples_bytes = self.epochs.samples_bytes()
+        epoch_packs = self.epochs.cold_bytes()
+        on_disk = (1 if cfg.sampling == "replay" else 2) * (epoch_packs + samples_bytes)
+        eval_share = (ds.split("val").size + ds.split("test").size) / max(1, self.train_ids.size)
+        if cfg.eval == "sampled":
+            on_disk += int(eval_share * (epoch_packs + samples_bytes))
+        rates = placement.expected_hit_rates
+        print("plan: expected hit rates "
+              + ", ".join(f"{n} {r:.1%} ({ids.size:,} rows)" for n, r, ids in
+                          zip(placement.tier_names, rates, placement.tier_ids))
+              + f", packs {1 - sum(rates):.1%}; samples {format_size(samples_bytes)} and packs "
+              f"~{format_size(epoch_packs)} per epoch; {format_size(on_disk)} on disk at once, "
+              f"{format_size(_dir_free(self.workdir))} free in {self.workdir}")
+        if on_disk > _dir_free(self.workdir):
+            raise DiskgnnError(f"{self.workdir}: needs ~{format_size(on_disk)} of disk for samples and packs, "
+                               f"{format_size(_dir_free(self.workdir))} free (use --workdir elsewhere, raise the "
+                               "cache budgets or set --max-blowup)")
+        info.update(expected_hit_rates=dict(zip(placement.tier_names, rates)),
+                    packs_bytes_per_epoch=epoch_packs, samples_bytes_per_epoch=samples_bytes)
+        self.tiers = load_tiers(ds, placement, self.device, cfg.backend)
+        return info
+
+    # -- loaders --------------------------------------------------------------------------------
+    def train_loader(self, epoch: int):
+        cfg = self.cfg
+        if cfg.sampling == "online":
+            return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
+                                seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
+                                read_depth=cfg.read_depth, backend=cfg.backend)
+        files = self.epochs.files(epoch)
+        return self._offline_loader(files)
+
+    def _offline_loader(self, files) -> OfflineLoader:
+        store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
+                             backend=self.cfg.backend, tiers=self.tiers)
+        self.backend = store.backend
+        return OfflineLoader(files.samples, store, self.labels, self.device, self.cfg.read_depth)
+
+    def eval_loader(self, split: str):
+        cfg, seeds = self.cfg, self.ds.split(split)
+        if cfg.sampling == "online":
+            return OnlineLoader(self.ds, seeds, fanouts=cfg.eval_fanout_list, batch_size=cfg.batch_size,
+                                seed=cfg.seed, epoch=EVAL_EPOCH[split], labels=self.labels, device=self.device,
+                                read_depth=cfg.read_depth, backend=cfg.backend)
+        if not hasattr(self, "_eval_files"):
+            self._eval_files = {}
+        if split not in self._eval_files:
+            self._eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split])
+        return self._offline_loader(self._eval_files[split])
+
+    # -- one pass -------------------------------------------------------------------------------
+    def _account(self, pipeline) -> None:
+        for name, t in pipeline.times.items():
+            acc = self.stage_times.setdefault(name, StageTime())
+            acc.busy_s += t.busy_s
+            acc.wait_s += t.wait_s
+            acc.items += t.items
+
+    def train_epoch(self, model, optimizer, loader, order, epoch: int) -> tuple[float, float, list]:
+        cfg = self.cfg
+        if cfg.max_batches is not None:
+            order = order[: cfg.max_batches]
+        model.train()
+        # Dropout masks depend on (seed, epoch) only, so a resumed run repeats them.
+        model.reseed(np.random.SeedSequence([cfg.seed, 17, epoch]))
+        total_loss, seen = 0.0, 0
+        start = time.perf_counter()
+        bar = tqdm(total=len(order), desc=f"epoch {epoch}", unit="batch", disable=not cfg.progress,
+                   dynamic_ncols=True, leave=True)
+        pipeline = loader.pipeline(order)
+        with pipeline:
+            for i, work in enumerate(pipeline):
+                optimizer.zero_grad(set_to_none=True)
+                out = model(work.blocks, work.x.float())
+                loss = F.cross_entropy(out, work.labels)
+                loss.backward()
+                optimizer.step()
+                total_loss += loss.item() * work.labels.numel()
+                seen += work.labels.numel()
+                bar.update(1)
+                if cfg.progress and (i % 10 == 0 or i == len(order) - 1):
+                    stats = loader.stats()
+                    rows = max(1, sum(s.hits for s in stats))
+                    elapsed = max(1e-9, time.perf_counter() - start)
+                    bar.set_postfix_str(f"loss {loss.item():.3f} "
+                                        + " ".join(f"{s.name} {s.hits / rows:.0%}" for s in stats)
+                                        + f" disk {loader.disk_bytes() / elapsed / 1e6:.0f} MB/s")
+        bar.close()
+        self._account(pipeline)
+        return time.perf_counter() - start, total_loss / max(1, seen), loader.stats()
+
+    @torch.no_grad()
+    def evaluate(self, model, split: str) -> float:
+        if self.cfg.eval == "none" or self.ds.split(split).size == 0:
+            return float("nan")
+        model.eval()
+        if self.cfg.eval == "full":
+            from .inference import full_neighbour_logits
+
+            seeds = self.ds.split(split)
+            if self.cfg.eval_max_batches is not None:
+                seeds = seeds[: self.cfg.eval_max_batches * self.cfg.batch_size]
+            logits = full_neighbour_logits(model, self.ds, seeds, self.workdir / "inference",
+                                           batch_size=self.cfg.batch_size, device=self.device)
+            return float((logits.argmax(1).numpy() == self.labels[seeds]).mean())
+        loader = self.eval_loader(split)
+        order = np.arange(len(loader))
+        if self.cfg.eval_max_batches is not None:
+            order = order[: self.cfg.eval_max_batches]
+        correct = total = 0
+        with loader.pipeline(order) as pipeline:
+            for work in pipeline:
+                pred = model(work.blocks, work.x.float()).argmax(1)
+                correct += int((pred == work.labels).sum())
+                total += work.labels.numel()
+        return correct / max(1, total)
+
+
+def versions() -> dict:
+    from . import native_info
+
+    return {"diskgnn": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version(), "native": native_info()}
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Runs the whole job; returns the summary (also written to the workdir)."""
+    run = Run(cfg)
+    info = run.plan()
+    ds = run.ds
+    torch.manual_seed(cfg.seed)
+    model = GNN(cfg.model, ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanout_list), cfg.dropout,
+                cfg.heads).to(run.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    checkpoints = Checkpoints(run.workdir / "checkpoints")
+    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": []}
+    best = {"val_acc": -1.0, "epoch": -1}
+    first = 0
+    if cfg.resume:
+        state = checkpoints.load("last")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        history, best, first = state["history"], state["best"], state["epoch"] + 1
+        print(f"train: resuming after epoch {state['epoch']} from {checkpoints.dir / 'last.pt'}")
+    tiers: dict[str, dict] = {}
+    disk_bytes = 0
+    try:
+        for epoch in range(first, cfg.epochs):
+            loader = run.train_loader(epoch)
+            if run.epochs is not None and epoch + 1 < cfg.epochs:
+                run.epochs.prefetch(epoch + 1)
+            order = run.epochs.order(epoch, len(loader)) if run.epochs else np.arange(len(loader))
+            seconds, loss, stats = run.train_epoch(model, optimizer, loader, order, epoch)
+            for s in stats:
+                t = tiers.setdefault(s.name, {"hits": 0, "bytes": 0})
+                t["hits"] += s.hits
+                t["bytes"] += s.bytes
+            disk_bytes += loader.disk_bytes()
+            val = run.evaluate(model, "val")
+            history["epoch_times_s"].append(seconds)
+            history["train_loss"].append(loss)
+            history["val_acc_per_epoch"].append(val)
+            print(f"epoch {epoch}: {seconds:.1f} s, loss {loss:.4f}, val acc {val:.4f}", flush=True)
+            if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
+                best = {"val_acc": val, "epoch": epoch}
+                checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
+            checkpoints.save("last", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                      "epoch": epoch, "history": history, "best": best})
+            if run.epochs is not None and epoch + 1 < cfg.epochs:
+                run.epochs.release(epoch)
+        if best["epoch"] >= 0:
+            model.load_state_dict(checkpoints.load("best")["model"])
+        test = run.evaluate(model, "test")
+    finally:
+        if run.epochs is not None:
+            run.epochs.close()
+    rows = sum(t["hits"] for t in tiers.values())
+    for t in tiers.values():
+        t["hit_rate"] = t["hits"] / rows if rows else 0.0
+    summary = {
+        "epoch_times_s": history["epoch_times_s"],
+        "sample_s": run.epochs.sample_s if run.epochs else 0.0,
+        "pack_s": run.epochs.pack_s if run.epochs else 0.0,
+        "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
+                          for name, t in run.stage_times.items()},
+        "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
+        "tiers": tiers,
+        "disk_bytes_read": disk_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "backend": run.backend,
+        "device": run.device,
+        "train_loss": history["train_loss"],
+        "val_acc_per_epoch": history["val_acc_per_epoch"],
+        "val_acc": best["val_acc"],
+        "best_epoch": best["epoch"],
+        "test_acc": test,
+        "dataset": str(run.data),
+        "plan": info,
+        "versions": versions(),
+        "config": cfg.to_dict(),
+    }
+    text = json.dumps(summary, indent=2, default=float)
+    (run.workdir / "summary.json").write_text(text + "\n")
+    if cfg.summary_json:
+        out = Path(cfg.summary_json)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(text + "\n")
+        tmp.replace(out)
+    chance = 1 / ds.num_classes
+    print(f"train: done: test acc {test:.4f} (chance {chance:.4f}), best val acc {best['val_acc']:.4f} "
+          f"at epoch {best['epoch']}; epoch times " + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
+          + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
+          f"{summary['bottleneck']}; peak RSS {format_size(summary['peak_rss_bytes'])}; summary in "
+          f"{run.workdir / 'summary.json'}")
+    return summary
+
+
+def main(argv=None) -> None:
+    train(resolve(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli("train", main))

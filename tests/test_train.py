@@ -1,0 +1,146 @@
+"""The pipeline and the trainer: stage errors, determinism, resume, modes, CLI errors, the summary."""
+
+import json
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from diskgnn.config import TrainConfig, resolve
+from diskgnn.errors import DiskgnnError
+from diskgnn.pipeline import Pipeline, PipelineError, Stage
+from diskgnn.prepare import prepare
+from diskgnn.train import train
+from conftest import random_graph, run_module, write_npy_dir
+
+
+def diskgnn_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("diskgnn-")]
+
+
+def test_pipeline_keeps_order_and_times_stages():
+    with Pipeline(range(50), [Stage("double", lambda x: 2 * x), Stage("inc", lambda x: x + 1, depth=4)]) as p:
+        assert list(p) == [2 * x + 1 for x in range(50)]
+    assert p.times["double"].items == 50 and p.times["train"].items == 50
+    assert not diskgnn_threads()
+
+
+def test_pipeline_error_names_the_stage_and_stops_every_thread():
+    def boom(x):
+        if x == 7:
+            raise ValueError("bad item")
+        return x
+
+    with pytest.raises(PipelineError, match="stage 'read' failed: ValueError: bad item") as e:
+        list(Pipeline(range(100), [Stage("sample", lambda x: x), Stage("read", boom)]))
+    assert isinstance(e.value.__cause__, ValueError)
+    assert not diskgnn_threads()
+
+
+def test_pipeline_user_errors_stay_one_line_and_leaving_early_joins_threads():
+    def bad(x):
+        raise DiskgnnError("f.packs: region 3 fails its checksum")
+
+    with pytest.raises(DiskgnnError, match="pipeline stage 'assemble': f.packs: region 3"):
+        list(Pipeline(range(3), [Stage("assemble", bad)]))
+    p = Pipeline(range(10**6), [Stage("sample", lambda x: x)])
+    for i in p:
+        if i == 3:
+            break
+    p.close()
+    assert not diskgnn_threads()
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    g = random_graph(n=600, e=4000, d=16, classes=4, seed=1)
+    # learnable: features carry the label
+    g["feat"][np.arange(600), g["labels"]] += 3.0
+    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 600, 3), "val": np.arange(1, 600, 6),
+                                                "test": np.arange(2, 600, 6)})
+    return prepare(src, tmp / "ds", progress=False)
+
+
+def config(dataset, workdir, **kw):
+    base = dict(data=str(dataset), workdir=str(workdir), fanouts="4,3", batch_size=47, hidden=16, epochs=2,
+                lr=0.02, progress=False, memory_budget="2GiB", host_cache="8KiB")
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_training_learns_and_the_summary_has_every_field(dataset, tmp_path):
+    summary = train(config(dataset, tmp_path / "run", epochs=3, summary_json=str(tmp_path / "s.json")))
+    on_disk = json.loads((tmp_path / "s.json").read_text())
+    for key in ("epoch_times_s", "sample_s", "pack_s", "stage_times_s", "tiers", "disk_bytes_read",
+                "peak_rss_bytes", "backend", "val_acc", "test_acc", "versions", "config"):
+        assert key in on_disk, key
+    assert len(summary["epoch_times_s"]) == 3 and summary["test_acc"] > 0.6  # chance: 0.25
+    tiers = summary["tiers"]
+    assert tiers["host"]["hits"] > 0 and tiers["disk"]["hits"] > 0 and summary["disk_bytes_read"] > 0
+    assert set(summary["stage_times_s"]) >= {"sample", "read", "assemble", "train"}
+    assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    # the next epoch's files are deleted once it is done; only the last epoch's stay
+    assert sorted(p.name for p in (tmp_path / "run" / "epochs").glob("epoch-*.samples")) == ["epoch-00002.samples"]
+
+
+def test_same_seed_same_result_and_online_sampling_sees_the_same_batches(dataset, tmp_path):
+    a = train(config(dataset, tmp_path / "a"))
+    b = train(config(dataset, tmp_path / "b"))
+    online = train(config(dataset, tmp_path / "c", sampling="online"))
+    assert a["train_loss"] == b["train_loss"] and a["test_acc"] == b["test_acc"]
+    assert online["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+    assert online["val_acc"] == a["val_acc"]
+
+
+def test_resume_continues_to_the_same_result(dataset, tmp_path):
+    straight = train(config(dataset, tmp_path / "s", epochs=3))
+    train(config(dataset, tmp_path / "r", epochs=2))
+    resumed = train(config(dataset, tmp_path / "r", epochs=3, resume=True))
+    assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-6)
+    assert resumed["test_acc"] == straight["test_acc"]
+
+
+@pytest.mark.parametrize("kw", [dict(sampling="replay", max_blowup=1.0), dict(model="gat", eval="full"),
+                                dict(model="gcn", max_batches=2, eval_max_batches=1, read_depth=1)])
+def test_modes_run(dataset, tmp_path, kw):
+    summary = train(config(dataset, tmp_path / "m", **kw))
+    assert 0 <= summary["test_acc"] <= 1
+    if "max_batches" in kw:
+        assert summary["stage_times_s"]["train"]["items"] == 2 * 2
+
+
+def test_corrupted_checkpoint_is_refused(dataset, tmp_path):
+    train(config(dataset, tmp_path / "k", epochs=1))
+    last = tmp_path / "k" / "checkpoints" / "last.pt"
+    data = bytearray(last.read_bytes())
+    data[-10] ^= 0xFF
+    last.write_bytes(bytes(data))
+    with pytest.raises(DiskgnnError, match="last.pt: fails its checksum"):
+        train(config(dataset, tmp_path / "k", epochs=2, resume=True))
+
+
+def test_config_file_and_flags(tmp_path):
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("model: gcn\nbatch-size: 77\nfanouts: [5, 5]\n")
+    cfg = resolve(["--config", str(cfg_file), "--batch-size", "99"])
+    assert (cfg.model, cfg.batch_size, cfg.fanout_list) == ("gcn", 99, [5, 5])
+    cfg_file.write_text("modle: gcn\n")
+    with pytest.raises(DiskgnnError, match="unknown option 'modle'"):
+        resolve(["--config", str(cfg_file)])
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--fanouts", "10,0"], "--fanouts 10,0: each must be positive or -1"),
+    (["--memory-budget", "100MiB"], "--memory-budget 100MiB is too small"),
+    (["--host-cache", "3GiB"], "--host-cache 3GiB plus the working set"),
+    (["--device", "cuda"], "--device cuda: CUDA is not available"),
+    (["--batch-size", "x"], "batch-size: cannot read 'x'"),
+])
+def test_cli_refuses_bad_settings_in_one_line(dataset, tmp_path, args, message):
+    if args[0] == "--device" and torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    proc = run_module("diskgnn.train", "--data", dataset, "--workdir", tmp_path / "w", "--no-progress", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
