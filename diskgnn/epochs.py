@@ -35,10 +35,12 @@ class EpochFiles:
 
 class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
-                 max_blowup: float | None, threads: int | None, pack_memory: int):
+                 max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None):
         self.dataset, self.dir = dataset, Path(workdir)
         self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
         self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
+        # Fresh-sample epochs that stop after max_batches need only those; replay visits a random subset.
+        self.max_batches = None if replay else max_batches
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sample_s = 0.0
         self.pack_s = 0.0
@@ -51,7 +53,8 @@ class OfflineEpochs:
     def sample(self, epoch: int) -> SampleFile:
         start = time.perf_counter()
         sf = sample_epoch(self.dataset, self.dir / f"epoch-{epoch:05d}.samples", fanouts=self.fanouts,
-                          batch_size=self.batch_size, seed=self.seed, epoch=epoch, threads=self.threads)
+                          batch_size=self.batch_size, seed=self.seed, epoch=epoch, threads=self.threads,
+                          max_batches=self.max_batches)
         self.sample_s += time.perf_counter() - start
         return sf
 
@@ -83,12 +86,13 @@ class OfflineEpochs:
         self.pack_s += time.perf_counter() - start
         return packs
 
-    def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int) -> EpochFiles:
+    def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int,
+                   max_batches: int | None = None) -> EpochFiles:
         """Eval batches of a split, sampled and packed once for the whole run."""
         start = time.perf_counter()
         samples = sample_epoch(self.dataset, self.dir / f"{split}.samples", fanouts=list(fanouts),
                                batch_size=self.batch_size, seed=self.seed, epoch=epoch_key, seeds=seeds,
-                               threads=self.threads)
+                               threads=self.threads, max_batches=max_batches)
         self.sample_s += time.perf_counter() - start
         return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
 

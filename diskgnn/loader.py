@@ -23,7 +23,7 @@ import torch
 from .models import sampled_blocks
 from .pipeline import Pipeline, Stage
 from .reader import open_features
-from .sample import SampleFile, epoch_seeds, open_graph, parse_record
+from .sample import SampleFile, batch_key, epoch_seeds, open_graph, sample_batch
 from .store import FeatureStore, TierStats
 
 
@@ -114,12 +114,8 @@ class OnlineLoader:
 
     def sample(self, b: int):
         """Batch b, identical to what sample_epoch writes for it (same stream key)."""
-        from . import _native
-
-        key = (self.epoch << 32) + b
-        rec = _native.sample_batches(self.graph, self.batches[b], [0, len(self.batches[b])], [key],
-                                     self.fanouts, self.seed, max(1, (os.cpu_count() or 1) // 2))[0]
-        return parse_record(rec, b)
+        return sample_batch(self.graph, self.batches[b], key=batch_key(self.epoch, b), fanouts=self.fanouts,
+                            seed=self.seed, threads=max(1, (os.cpu_count() or 1) // 2), index=b)
 
     def pipeline(self, order) -> Pipeline:
         def sample(b):

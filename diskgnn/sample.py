@@ -132,11 +132,27 @@ def open_graph(dataset: Dataset):
                            dataset.num_nodes, dataset.num_edges, np.dtype(ind["dtype"]).itemsize)
 
 
+def batch_key(epoch: int, b: int) -> int:
+    """The random stream key of batch b of an epoch: the same offline and online."""
+    return (epoch << 32) + b
+
+
+def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int, index: int = 0) -> Batch:
+    """One batch sampled now (online), identical to the record sample_epoch writes under the same key."""
+    from . import _native
+
+    rec = _native.sample_batches(graph, seeds, [0, len(seeds)], [key], list(fanouts), seed, threads)[0]
+    return parse_record(rec, index)
+
+
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
-                 seeds: np.ndarray | None = None, threads: int | None = None, graph=None) -> SampleFile:
+                 seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
+                 max_batches: int | None = None) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
-    Writes to temporary names and renames, index last, so a reader never sees half a file.
+    `max_batches` keeps the epoch's first batches only (runs that stop early
+    need not sample, or pack, the rest). Writes to temporary names and
+    renames, index last, so a reader never sees half a file.
     """
     from . import _native
 
@@ -147,7 +163,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         raise DiskgnnError(f"batch size {batch_size}: must be at least 1")
     graph = graph or open_graph(dataset)
     seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
-    batches = epoch_seeds(seeds, batch_size, seed, epoch)
+    batches = epoch_seeds(seeds, batch_size, seed, epoch)[:max_batches]
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)
     tmp = out_path.with_name(out_path.name + ".tmp")
@@ -157,7 +173,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
             group = batches[g: g + GROUP]
             flat = np.concatenate(group) if group else np.empty(0, np.int64)
             bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
-            keys = [(epoch << 32) + g + i for i in range(len(group))]
+            keys = [batch_key(epoch, g + i) for i in range(len(group))]
             for rec in _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads):
                 f.write(rec)
                 offsets.append(offsets[-1] + len(rec))

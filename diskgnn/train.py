@@ -198,7 +198,8 @@ class Run:
             return info
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", fanouts=cfg.fanout_list,
                                     batch_size=cfg.batch_size, seed=cfg.seed, replay=cfg.sampling == "replay",
-                                    max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=PACK_MEMORY)
+                                    max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=PACK_MEMORY,
+                                    max_batches=cfg.max_batches)
         placement = self.epochs.plan_placement(budgets)
         samples_bytes = self.epochs.samples_bytes()
         epoch_packs = self.epochs.cold_bytes()
@@ -247,7 +248,8 @@ class Run:
         if not hasattr(self, "_eval_files"):
             self._eval_files = {}
         if split not in self._eval_files:
-            self._eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split])
+            self._eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
+                                                              cfg.eval_max_batches)
         return self._offline_loader(self._eval_files[split])
 
     # -- one pass -------------------------------------------------------------------------------

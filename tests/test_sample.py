@@ -6,7 +6,7 @@ import pytest
 from diskgnn.errors import DiskgnnError
 from diskgnn.format import open_dataset
 from diskgnn.prepare import prepare
-from diskgnn.sample import SampleFile, batch_order, epoch_seeds, sample_epoch
+from diskgnn.sample import SampleFile, batch_key, batch_order, epoch_seeds, open_graph, sample_batch, sample_epoch
 from conftest import random_graph, write_npy_dir
 
 
@@ -63,6 +63,21 @@ def test_same_seed_same_file_whatever_the_threads(dataset, tmp_path):
     c = sample_epoch(dataset, tmp_path / "c.samples", fanouts=[5, 3], batch_size=7, seed=1, epoch=3, threads=2)
     assert (tmp_path / "a.samples").read_bytes() == (tmp_path / "b.samples").read_bytes()
     assert a.meta["checksums"] == b.meta["checksums"] != c.meta["checksums"]
+
+
+def test_max_batches_and_online_batches_match_the_full_epoch(dataset, tmp_path):
+    full = sample_epoch(dataset, tmp_path / "f.samples", fanouts=[5, 3], batch_size=7, seed=1, epoch=2)
+    head = sample_epoch(dataset, tmp_path / "h.samples", fanouts=[5, 3], batch_size=7, seed=1, epoch=2,
+                        max_batches=3)
+    assert len(head) == 3 and head.meta["checksums"] == full.meta["checksums"][:3]
+    graph, seeds = open_graph(dataset), epoch_seeds(dataset.split("train"), 7, 1, 2)
+    for b in (0, len(full) - 1):  # the last batch is a partial one
+        online = sample_batch(graph, seeds[b], key=batch_key(2, b), fanouts=[5, 3], seed=1, threads=1)
+        np.testing.assert_array_equal(online.nodes, full[b].nodes)
+        for x, y in zip(online.blocks, full[b].blocks):
+            np.testing.assert_array_equal(x.indices, y.indices)
+    assert len(sample_epoch(dataset, tmp_path / "z.samples", fanouts=[5], batch_size=7, seed=1, epoch=2,
+                            max_batches=0)) == 0
 
 
 def test_neighbours_are_uniform(dataset, tmp_path):
