@@ -8,6 +8,8 @@ A dataset is a directory::
     features.bin     feature_dtype[num_nodes, feature_dim], row-major, zero-padded to 4 KiB
     labels.bin       int32[num_nodes], -1 where a node has no label
     train_idx.bin    int64 node ids, and likewise val_idx.bin and test_idx.bin
+    features.<spec>.bin, features.<spec>.params.bin
+                     optional quantized variants of the features (docs/quantization.md)
 
 Every file is raw little-endian data starting at byte 0 (so 4 KiB-aligned for
 O_DIRECT) and padded with zeros to a multiple of 4 KiB; nothing needs pickle.
@@ -162,6 +164,39 @@ def _guard_io(path: Path, op):
         raise
 
 
+def _write_manifest_file(path: Path, manifest: dict) -> None:
+    def write():
+        with open(path, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    _guard_io(path, write)
+
+
+def _fsync_dir(path: Path) -> None:
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def write_manifest(path, manifest: dict) -> None:
+    """Replaces an existing dataset's manifest atomically (a temporary file renamed over it),
+    with its checksum recomputed; for files added to a dataset after prepare (quantized features)."""
+    path = Path(path)
+    manifest["manifest_checksum"] = manifest_checksum(manifest)
+    tmp = path / f".{MANIFEST}.tmp-{os.getpid()}"
+    try:
+        _write_manifest_file(tmp, manifest)
+        os.rename(tmp, path / MANIFEST)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path)
+
+
 class DatasetBuilder:
     """Builds a dataset directory in a temporary sibling, then renames it into place.
 
@@ -220,16 +255,7 @@ class DatasetBuilder:
             "producer": {"name": "diskgnn", "version": __version__, **meta.get("producer", {})},
         }
         manifest["manifest_checksum"] = manifest_checksum(manifest)
-        path = self.tmp / MANIFEST
-
-        def write_manifest():
-            with open(path, "w") as f:
-                json.dump(manifest, f, indent=2, sort_keys=True)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-
-        _guard_io(path, write_manifest)
+        _write_manifest_file(self.tmp / MANIFEST, manifest)
         if self.out.exists():
             old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
             os.rename(self.out, old)
@@ -237,11 +263,7 @@ class DatasetBuilder:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.rename(self.tmp, self.out)
-        dfd = os.open(self.out.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        _fsync_dir(self.out.parent)
         return self.out
 
 
@@ -310,6 +332,18 @@ class Dataset:
 
     def split(self, name: str) -> np.ndarray:
         return self.array(f"{name}_idx")
+
+    @property
+    def quantized_specs(self) -> list[str]:
+        """Specs of the quantized feature variants stored beside the features (docs/quantization.md)."""
+        return list(self.manifest.get("quantized", {}))
+
+    def quantized(self, spec: str):
+        """One quantized variant: `QuantizedFeatures(quantizer, codes, path)`, the codes a read-only
+        uint8 [num_nodes, code_bytes] memory map of `path` (fixed-size rows, like features.bin)."""
+        from .quantize import load_quantized
+
+        return load_quantized(self, spec)
 
 
 def read_manifest(path) -> dict:

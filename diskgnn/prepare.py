@@ -24,6 +24,7 @@ from .csc import CscBuilder
 from .errors import DiskgnnError, run_cli
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
 from .memory import peak_rss_bytes
+from .quantize import canonical_spec, write_quantized
 from .sources import FORMATS, open_source
 from .splits import BLOCK, check_given, per_class_split, ratio_split
 from .units import format_size, parse_size
@@ -48,18 +49,20 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             split_ratios=(0.1, 0.1, 0.8), split_per_class=None, split_seed: int = 0,
             memory_budget="2GiB", overwrite: bool = False, allow_nonfinite: bool = False,
             ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None,
-            report: bool = False) -> Path:
+            report: bool = False, quantize=()) -> Path:
     """Converts SOURCE into a dataset directory OUT and returns its path.
 
     Parameters mirror the command-line flags (see ``python -m diskgnn.prepare -h``).
     `memory_budget` bounds the whole process's memory; sizes accept suffixes.
     `progress` shows bars (None: when on a terminal); `report` prints a summary line.
+    `quantize` lists quantizer specs (docs/quantization.md) whose variants are stored too.
     """
     budget = parse_size(memory_budget)
     if budget < MIN_BUDGET:
         raise DiskgnnError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(MIN_BUDGET)}")
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
         raise DiskgnnError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
+    specs = list(dict.fromkeys(canonical_spec(s) for s in quantize))  # bad specs fail before any work
     src = open_source(str(source), format, ogb_split=ogb_split, synthetic=synthetic)
     out_dtype = np.dtype(feature_dtype) if feature_dtype else (
         src.feature_dtype if src.feature_dtype.name in FEATURE_DTYPES else np.dtype(np.float32))
@@ -140,6 +143,13 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             raise DiskgnnError(f"{src.name}: {feat_w.rows} feature rows for {n} nodes")
         b.add("features", feat_w.close())
         phase("features")
+        quantized = {}
+        for spec in specs:
+            _, files, quantized[spec] = write_quantized(
+                b.tmp / b.files["features"]["name"], out_dtype, n, src.feature_dim, spec, b.tmp, work_bytes=work)
+            for kind, entry in files.items():
+                b.add(kind, entry)
+            phase(f"quantize {spec}")
 
         csc = CscBuilder(n, b, work, undirected=undirected, self_loops=self_loops,
                          drop_self_loops=drop_self_loops, edge_count_hint=src.edge_count_hint,
@@ -157,6 +167,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             "feature_dtype": out_dtype.name,
             "num_classes": int(num_classes),
             "splits": {s: b.files[f"{s}_idx"]["shape"][0] for s in SPLITS},
+            **({"quantized": quantized} if quantized else {}),
             "producer": {
                 "source": src.name,
                 "options": {
@@ -195,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--allow-nonfinite", action="store_true", help="keep NaN/inf features instead of refusing")
     p.add_argument("--ogb-split", help="OGB split name when the dataset has several")
+    p.add_argument("--quantize", action="append", default=[], metavar="SPEC",
+                   help="also store quantized features: sq1|sq2|sq4|sq8|sq16|lin4|lin8|vq:w=16,L=2048 "
+                        "(repeat for several; see docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true")
     g = p.add_argument_group("synthetic (SOURCE = synthetic)")
     g.add_argument("--nodes", type=int, default=100_000)
@@ -223,7 +237,7 @@ def main(argv=None) -> None:
         synthetic=dict(nodes=args.nodes, feat_dim=args.feat_dim, avg_degree=args.avg_degree,
                        classes=args.classes, seed=args.seed, homophily=args.homophily,
                        feature_signal=args.feature_signal) if is_synthetic else None,
-        progress=False if args.no_progress else None, report=True,
+        progress=False if args.no_progress else None, report=True, quantize=args.quantize,
     )
 
 

@@ -3,7 +3,8 @@
 Invariants: indptr starts at 0, never decreases and ends at num_edges; indices
 in [0, num_nodes); labels in [-1, num_classes); split ids in range, unique and
 disjoint; features finite unless the dataset was prepared with
---allow-nonfinite. Every check streams its file in chunks.
+--allow-nonfinite; quantized variants' params load and every code row is
+valid. Every check streams its file in chunks.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from .errors import DiskgnnError, run_cli
 from .format import SPLITS, check_file_checksum, check_file_sizes, read_manifest
+from .quantize import check_quantized
 
 CHUNK_BYTES = 64 << 20
 
@@ -90,7 +92,8 @@ def verify(path) -> list[str]:
             if not np.isfinite(block).all():
                 bad("features", f"NaN or inf in row {start + int(np.flatnonzero(~np.isfinite(block).all(1))[0])}")
                 break
-    return problems
+    # A corrupted params file is named by the checksum loop above already.
+    return problems + [p for p in check_quantized(path, m) if p not in problems]
 
 
 def main(argv=None) -> None:
