@@ -88,6 +88,19 @@ def disk_seq_write_bandwidth(directory: Path, size_bytes: int, block: str = "1M"
         path.unlink(missing_ok=True)
 
 
+W1 = dict(feat_dim=128, avg_degree=10, classes=16, seed=0)  # the W1 workload, at 8M nodes
+
+
+def synthetic_workload(directory: Path, nodes: int) -> Path:
+    """W1's recipe at `nodes` nodes under `directory`, prepared once and reused."""
+    from diskgnn.prepare import prepare
+
+    path = Path(directory) / f"synthetic-{nodes}"
+    if not (path / "manifest.json").exists():
+        prepare("synthetic", path, undirected=True, memory_budget="1GiB", synthetic=dict(nodes=nodes, **W1))
+    return path
+
+
 def write_json(path, result: dict) -> None:
     """Writes the result atomically (temporary file, then rename)."""
     path = Path(path)

@@ -24,7 +24,7 @@ from diskgnn.placement import access_counts, place
 from diskgnn.sample import sample_epoch
 from diskgnn.units import format_size
 
-from .common import disk_seq_write_bandwidth, drop_caches, machine_info, write_json
+from .common import disk_seq_write_bandwidth, drop_caches, machine_info, synthetic_workload, write_json
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -44,13 +44,7 @@ def main(argv=None) -> dict:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     if args.data is None:
-        from diskgnn.prepare import prepare
-
-        nodes = 20_000 if args.smoke else 8_000_000
-        args.data = work / f"synthetic-{nodes}"
-        if not (args.data / "manifest.json").exists():
-            prepare("synthetic", args.data, undirected=True, memory_budget="1GiB", synthetic=dict(
-                nodes=nodes, feat_dim=128, avg_degree=10, classes=16, seed=0))
+        args.data = synthetic_workload(work, 20_000 if args.smoke else 8_000_000)
     ds = open_dataset(args.data)
     info = machine_info(work)
     print(f"machine: {info['summary']}")

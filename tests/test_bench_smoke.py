@@ -26,3 +26,24 @@ def test_offline_bench_smoke(tmp_path):
     rates = [t["expected_hit_rate"] for t in saved["tiers"]]
     assert rates == sorted(rates) and 0 < rates[0] <= 1
     assert saved["pack_rows"] > 0 and saved["disk"]["MBps"] > 0 and saved["pack_over_disk_seq_write"] > 0
+
+
+def test_epoch_bench_smoke(tmp_path):
+    from bench import epoch as bench_epoch
+    from bench.memcap import CapUnavailable, run_capped
+
+    try:
+        run_capped(["true"], "256MiB")
+        cap = ["--cap", "1GiB"]
+    except CapUnavailable:  # the bench then runs uncapped; the cap itself is tested in test_memcap
+        cap = ["--no-cap"]
+    result = bench_epoch.main(["--smoke", *cap, "--workdir", str(tmp_path), "--out", str(tmp_path / "epoch.json")])
+    saved = json.loads((tmp_path / "epoch.json").read_text())
+    assert set(saved["runs"]) == {"a_capped", "b_uncapped_all_cached", "c_naive_default", "c_naive_madv_random"}
+    for name, run in saved["runs"].items():
+        assert "error" not in run, run
+        assert run["per_batch_s"] > 0 and run["epoch_s"] > 0, name
+    assert saved["runs"]["b_uncapped_all_cached"]["tiers"]["host"]["hit_rate"] == 1.0
+    assert saved["runs"]["b_uncapped_all_cached"]["disk_bytes_read"] == 0
+    assert all(v is not None and v > 0 for v in saved["ratios"].values())
+    assert result["backend"] == saved["runs"]["a_capped"]["backend"]
