@@ -30,11 +30,11 @@ from tqdm import tqdm
 
 from . import __version__
 from .config import TrainConfig, resolve, save
-from .epochs import OfflineEpochs
+from .epochs import EpochFiles, OfflineEpochs
 from .errors import DiskgnnError, run_cli
 from .format import Dataset, open_dataset, read_manifest
 from .loader import OfflineLoader, OnlineLoader
-from .memory import peak_rss_bytes
+from .memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
 from .models import GNN
 from .pipeline import StageTime
 from .store import FeatureStore, load_tiers
@@ -177,6 +177,7 @@ class Run:
         self.stage_times: dict[str, StageTime] = {}
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
+        self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
         self.backend = cfg.backend
 
     # -- planning -----------------------------------------------------------------------------
@@ -220,6 +221,12 @@ class Run:
                                "cache budgets or set --max-blowup)")
         info.update(expected_hit_rates=dict(zip(placement.tier_names, rates)),
                     packs_bytes_per_epoch=epoch_packs, samples_bytes_per_epoch=samples_bytes)
+        if cfg.eval == "sampled":
+            # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
+            for split in ("val", "test"):
+                if ds.split(split).size:
+                    self.eval_files[split] = self.epochs.eval_files(
+                        split, ds.split(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
         self.tiers = load_tiers(ds, placement, self.device, cfg.backend)
         return info
 
@@ -245,12 +252,7 @@ class Run:
             return OnlineLoader(self.ds, seeds, fanouts=cfg.eval_fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=EVAL_EPOCH[split], labels=self.labels, device=self.device,
                                 read_depth=cfg.read_depth, backend=cfg.backend)
-        if not hasattr(self, "_eval_files"):
-            self._eval_files = {}
-        if split not in self._eval_files:
-            self._eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
-                                                              cfg.eval_max_batches)
-        return self._offline_loader(self._eval_files[split])
+        return self._offline_loader(self.eval_files[split])
 
     # -- one pass -------------------------------------------------------------------------------
     def _account(self, pipeline) -> None:
@@ -329,6 +331,12 @@ def versions() -> dict:
 
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
+    limit_malloc_arenas()
+    with AnonPeak() as memory:
+        return _train(cfg, memory)
+
+
+def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
     run = Run(cfg)
     info = run.plan()
     ds = run.ds
@@ -391,6 +399,8 @@ def train(cfg: TrainConfig) -> dict:
         "tiers": tiers,
         "disk_bytes_read": disk_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
+        "peak_anon_bytes": memory.peak_bytes,
+        "memory_budget_bytes": parse_size(cfg.memory_budget),
         "backend": run.backend,
         "device": run.device,
         "train_loss": history["train_loss"],
@@ -414,7 +424,8 @@ def train(cfg: TrainConfig) -> dict:
     print(f"train: done: test acc {test:.4f} (chance {chance:.4f}), best val acc {best['val_acc']:.4f} "
           f"at epoch {best['epoch']}; epoch times " + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
           + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
-          f"{summary['bottleneck']}; peak RSS {format_size(summary['peak_rss_bytes'])}; summary in "
+          f"{summary['bottleneck']}; peak memory {format_size(summary['peak_anon_bytes'])} anonymous (budget "
+          f"{cfg.memory_budget}), {format_size(summary['peak_rss_bytes'])} with mapped files; summary in "
           f"{run.workdir / 'summary.json'}")
     return summary
 

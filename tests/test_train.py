@@ -74,8 +74,9 @@ def test_training_learns_and_the_summary_has_every_field(dataset, tmp_path):
     summary = train(config(dataset, tmp_path / "run", epochs=3, summary_json=str(tmp_path / "s.json")))
     on_disk = json.loads((tmp_path / "s.json").read_text())
     for key in ("epoch_times_s", "sample_s", "pack_s", "stage_times_s", "tiers", "disk_bytes_read",
-                "peak_rss_bytes", "backend", "val_acc", "test_acc", "versions", "config"):
+                "peak_rss_bytes", "peak_anon_bytes", "backend", "val_acc", "test_acc", "versions", "config"):
         assert key in on_disk, key
+    assert 0 < on_disk["peak_anon_bytes"] <= on_disk["peak_rss_bytes"]
     assert len(summary["epoch_times_s"]) == 3 and summary["test_acc"] > 0.6  # chance: 0.25
     tiers = summary["tiers"]
     assert tiers["host"]["hits"] > 0 and tiers["disk"]["hits"] > 0 and summary["disk_bytes_read"] > 0
