@@ -145,3 +145,26 @@ def test_cli_refuses_bad_settings_in_one_line(dataset, tmp_path, args, message):
     proc = run_module("diskgnn.train", "--data", dataset, "--workdir", tmp_path / "w", "--no-progress", *args)
     assert proc.returncode == 2
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_ctrl_c_stops_cleanly_in_one_line(dataset, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "diskgnn.train", "--data", str(dataset), "--workdir",
+                             str(tmp_path / "run"), "--fanouts", "4,3", "--batch-size", "1", "--hidden", "16",
+                             "--epochs", "50", "--host-cache", "8KiB", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:  # interrupt while epoch 1 trains (its packer ran beside epoch 0)
+            if line.startswith("epoch 0:"):
+                break
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "train: interrupted" and "Traceback" not in err
