@@ -4,10 +4,12 @@ A quantizer is fitted once on a bounded, seeded sample of rows, then encodes
 rows independently, so a feature matrix larger than RAM is encoded streaming
 in chunks sized from a memory budget. Every quantizer turns a float32 row of
 `dim` values into `code_bytes` bytes, and decodes a code row without looking
-at any other row: unpack `symbols` integers of `bits` bits each, add each
-symbol's offset, and gather from one lookup table (scalar quantizers: values;
-product quantization: sub-vectors). Decoding is therefore a pure gather, and
-`decode_torch` (on any device) gives bit for bit what `decode_numpy` gives.
+at any other row: each of its `symbols` integers of `bits` bits, plus the
+symbol's offset, indexes one lookup table (scalar quantizers: values; product
+quantization: sub-vectors). Decoding gathers from a table built from that one
+per unit of the row (a byte, or a 16-bit symbol), so it needs no bit
+unpacking, and `decode_torch` (on any device) gives bit for bit what
+`decode_numpy` gives.
 
 Specs (canonical forms; docs/quantization.md has the byte layout):
 
@@ -173,17 +175,19 @@ def unpack_bits(codes: np.ndarray, bits: int) -> np.ndarray:
     return ((codes[:, :, None] >> shifts) & np.uint8((1 << bits) - 1)).reshape(n, -1)
 
 
-def _unpack_bits_torch(codes, bits: int, shifts):
-    """pack_bits' inverse in torch ops, on the codes' device; int64 symbols, padding included."""
-    import torch
+def _units_numpy(codes: np.ndarray, bits: int) -> np.ndarray:
+    """The decode units of code rows as int32: little-endian uint16 symbols (bits 16), else bytes."""
+    codes = np.ascontiguousarray(codes)
+    return (codes.view("<u2") if bits == 16 else codes).astype(np.int32)
 
-    n = codes.shape[0]
-    if bits == 8:
-        return codes.long()
+
+def _units_torch(codes, bits: int):
+    """_units_numpy in torch ops, on the codes' device. int32, not int64: widening to int64 took
+    longer than the gather itself on a CPU."""
     if bits == 16:
-        pairs = codes.reshape(n, -1, 2).long()
+        pairs = codes.reshape(codes.shape[0], -1, 2).int()
         return pairs[:, :, 0] | (pairs[:, :, 1] << 8)
-    return ((codes.unsqueeze(2) >> shifts) & ((1 << bits) - 1)).view(n, -1).to(torch.int64)
+    return codes.int()
 
 
 # ---------------------------------------------------------------- quantizers
@@ -194,7 +198,8 @@ class Quantizer:
     Subclasses define fitting (`_fit`), the symbols of rows (`_symbols`) and
     the state (`_state_layout`, `_state`, `_load`; loading builds the lookup
     table and the offsets); decoding is shared:
-    x̂[j*width:(j+1)*width] = lookup[offsets[j] + symbol[j]], then cut to `dim`.
+    x̂[j*width:(j+1)*width] = lookup[offsets[j] + symbol[j]], then cut to `dim`,
+    computed one unit of the row at a time (`_build_decoder`).
     """
 
     default_sample_rows = 100_000
@@ -208,7 +213,9 @@ class Quantizer:
         self.spec = spec
         self._lookup = None    # float32 [T, width]
         self._offsets = None   # int64 [symbols]
-        self._torch = {}       # device -> (lookup, offsets, shifts) already on that device
+        self._table = None     # float32 [T', values per unit] (1-D for one value): what decoding gathers from
+        self._unit_offsets = None  # int32 [units], or None when every unit reads the same table rows
+        self._torch = {}       # device -> (table, unit offsets) already on that device
 
     @property
     def code_bytes(self) -> int:
@@ -229,6 +236,7 @@ class Quantizer:
         if sample.shape[0] == 0:
             raise DiskgnnError(f"quantize {self.spec}: no rows to fit on")
         self._fit(sample, seed)
+        self._build_decoder()
         return self
 
     def encode(self, rows: np.ndarray) -> np.ndarray:
@@ -241,15 +249,17 @@ class Quantizer:
         self._need_fit()
         codes = np.asarray(codes)
         self._check_codes_shape(codes.shape, codes.dtype == np.uint8)
-        sym = unpack_bits(codes, self.bits)[:, :self.symbols].astype(np.int64) + self._offsets
-        out = np.take(self._lookup, sym.ravel(), axis=0).reshape(codes.shape[0], self.symbols * self.width)
+        units = _units_numpy(codes, self.bits)
+        if self._unit_offsets is not None:
+            units += self._unit_offsets
+        out = np.take(self._table, units.ravel(), axis=0).reshape(codes.shape[0], -1)
         return np.ascontiguousarray(out[:, :self.dim]) if out.shape[1] != self.dim else out
 
     def decode_torch(self, codes):
         """torch.uint8 [n, code_bytes] on any device -> float32 [n, dim] on that device.
 
-        The lookup table goes to a device once and is kept; the ops are
-        vectorised gathers, so on a GPU this runs in the current stream.
+        The table goes to a device once and is kept; the ops are vectorised
+        gathers, so on a GPU this runs in the current stream.
         """
         self._need_fit()
         import torch
@@ -257,13 +267,50 @@ class Quantizer:
         self._check_codes_shape(tuple(codes.shape), codes.dtype == torch.uint8)
         key = str(codes.device)
         if key not in self._torch:
-            self._torch[key] = (torch.from_numpy(self._lookup).to(codes.device),
-                                torch.from_numpy(self._offsets).to(codes.device),
-                                torch.arange(0, 8, self.bits, dtype=torch.uint8, device=codes.device))
-        lookup, offsets, shifts = self._torch[key]
-        sym = _unpack_bits_torch(codes, self.bits, shifts)[:, :self.symbols] + offsets
-        out = lookup.index_select(0, sym.reshape(-1)).view(codes.shape[0], self.symbols * self.width)
+            self._torch[key] = (torch.from_numpy(self._table).to(codes.device),
+                                None if self._unit_offsets is None else
+                                torch.from_numpy(self._unit_offsets).to(codes.device))
+        table, offsets = self._torch[key]
+        units = _units_torch(codes, self.bits)
+        if offsets is not None:
+            units += offsets
+        out = table.index_select(0, units.view(-1)).view(codes.shape[0], -1)
         return out[:, :self.dim].contiguous() if out.shape[1] != self.dim else out
+
+    def decode_bytes(self, rows: int) -> int:
+        """Temporary memory of a decode of `rows` rows beside its output: the int32 units (and, for
+        16-bit symbols, their int32 bytes) and the gather before it is cut to `dim` values."""
+        self._need_fit()
+        units = self.code_bytes // (2 if self.bits == 16 else 1)
+        return rows * (8 * self.code_bytes + 4 * self._table.size // self._table.shape[0] * units)
+
+    def _build_decoder(self) -> None:
+        """The table decoding gathers from, once the lookup and offsets are set.
+
+        A unit of a code row is one byte when bits <= 8 (holding 8 // bits
+        symbols) and one symbol when bits = 16. Row `unit_offsets[u] + value`
+        of the table holds the decoded values of every symbol in unit u when
+        the unit holds `value`, so a row decodes with one gather per unit and
+        no bit unpacking. Padding symbols decode to values past `dim`, which
+        are cut off; invalid symbols (vq with L < 2**bits) to any table row.
+        When every symbol has offset 0 (sq), every unit reads the same rows
+        and there is no offset to add.
+        """
+        if self.bits == 16:
+            table, offsets = self._lookup, self._offsets
+        else:
+            per, units = 8 // self.bits, self.code_bytes
+            value_symbols = (np.arange(256)[:, None] >> (np.arange(per) * self.bits)) & ((1 << self.bits) - 1)
+            symbol = np.minimum(np.arange(units * per), self.symbols - 1).reshape(units, per)
+            rows = np.minimum(self._offsets[symbol][:, None, :] + value_symbols, self._lookup.shape[0] - 1)
+            table = self._lookup[rows].reshape(units * 256, per * self.width)  # [units, 256, per, width]
+            offsets = np.arange(units, dtype=np.int64) * 256
+        shared = not self._offsets.any()
+        table = table[:256 if self.bits < 16 else None] if shared else table
+        # Gathering single values runs 2x faster from a 1-D table than from rows of one value.
+        self._table = np.ascontiguousarray(table.reshape(-1) if table.shape[1] == 1 else table)
+        self._unit_offsets = None if shared else offsets.astype(np.int32)
+        self._torch = {}
 
     def invalid_row(self, codes: np.ndarray) -> int | None:
         """First row (of a block of code rows) with a symbol out of range or nonzero padding bits."""
@@ -291,6 +338,7 @@ class Quantizer:
             if not np.isfinite(a).all():
                 raise DiskgnnError(f"quantize {q.spec}: params array {name!r} has NaN or inf")
         q._load({name: np.array(arrays[name]) for name in expected})  # own, writable copies (torch wants them)
+        q._build_decoder()
         return q
 
     def work_bytes(self, rows: int) -> int:

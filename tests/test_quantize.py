@@ -11,8 +11,8 @@ import torch
 from diskgnn.errors import DiskgnnError
 from diskgnn.format import MANIFEST, ArrayFileWriter, file_checksum, manifest_checksum, open_dataset
 from diskgnn.prepare import prepare
-from diskgnn.quantize import (Quantizer, _unpack_bits_torch, canonical_spec, encode_file, make_quantizer,
-                              pack_bits, parse_spec, spec_slug, unpack_bits)
+from diskgnn.quantize import (Quantizer, canonical_spec, encode_file, make_quantizer, pack_bits, parse_spec,
+                              spec_slug, unpack_bits)
 from diskgnn.verify import verify
 from conftest import random_graph, run_module, write_npy_dir
 
@@ -59,9 +59,6 @@ def test_bit_pack_round_trip_and_layout(bits, n, symbols):
     unpacked = unpack_bits(packed, bits)
     np.testing.assert_array_equal(unpacked[:, :symbols], values)
     assert not unpacked[:, symbols:].any()
-    shifts = torch.arange(0, 8, bits, dtype=torch.uint8)
-    assert torch.equal(_unpack_bits_torch(torch.from_numpy(packed), bits, shifts),
-                       torch.from_numpy(unpacked.astype(np.int64)))
 
 
 # ---------------------------------------------------------------- specs
