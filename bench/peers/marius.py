@@ -1,0 +1,220 @@
+"""A diskgnn dataset in MariusGNN's preprocessed layout, a training config for it, and a capped run.
+
+Layout (what `marius_preprocess` writes; paths in marius-team/marius):
+
+    dataset.yaml                        DatasetConfig as OmegaConf YAML (src/python/tools/preprocess/
+                                        converters/writers/torch_writer.py, configuration/marius_config.py)
+    nodes/features.bin                  float32 [num_nodes, node_feature_dim], row-major
+    nodes/labels.bin                    int32 [num_nodes] (src/cpp/src/storage/io.cpp initializeNodeLabels)
+    nodes/{train,validation,test}_nodes.bin
+                                        node ids, storage.nodes dtype: int32 ("int") below 2**31 nodes
+    edges/train_edges.bin               (src, dst) pairs, storage.edges dtype, ordered by edge bucket
+    edges/train_partition_offsets.txt   edges per bucket (src partition i, dst partition j), i-major,
+                                        one per line (preprocess/converters/partitioners/torch_partitioner.py)
+    marius_train.yaml                   the training config (`marius_train marius_train.yaml`)
+
+Node ids are kept (no remapping, so no nodes/node_mapping.txt): MariusGNN's
+partitions are contiguous id ranges of ceil(num_nodes / num_partitions) nodes
+(storage.cpp PartitionBufferStorage), so the features stay in diskgnn's order.
+An edge u -> v (v aggregates u) is the pair (u, v): MariusGNN's sampler takes
+column 0 of a node's incoming edges as its neighbours (src/cpp/src/data/samplers/
+neighbor.cpp LayeredNeighborSampler::getNeighbors), and the config uses incoming
+neighbours only, as diskgnn does.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from diskgnn.errors import DiskgnnError
+from diskgnn.format import open_dataset
+from diskgnn.units import format_size, parse_size
+
+from .common import (EXPORT_INFO, Staging, budget_bytes, capped_row, csc_edges, not_run, pwrite_all,
+                     read_export_info, row_chunks, write_array, write_export_info, write_text)
+
+CONFIG = "marius_train.yaml"
+SPLIT_FILES = {"train": "nodes/train_nodes.bin", "val": "nodes/validation_nodes.bin", "test": "nodes/test_nodes.bin"}
+# The share of the cap given to the feature partition buffer; the rest holds the in-memory
+# subgraph of the buffered partitions, the labels and node ids, the model and MariusGNN itself.
+FEATURE_SHARE = 0.5
+# MariusGNN's default num_partitions (PartitionBufferOptions in configuration/datatypes.py).
+MIN_PARTITIONS = 16
+
+
+def id_dtype(num_nodes: int) -> tuple[np.dtype, str]:
+    """Node id dtype and its MariusGNN name: "int" (int32) while every id fits, as marius_preprocess writes."""
+    if num_nodes < 2**31:
+        return np.dtype("<i4"), "int"
+    return np.dtype("<i8"), "long"
+
+
+def buffer_plan(num_nodes: int, feature_dim: int, cap_bytes: int, feature_share: float = FEATURE_SHARE) -> dict:
+    """Partitions and buffer capacity so that the buffered feature partitions fit the cap's feature share.
+
+    Counts buffer_capacity + 1 partitions resident: with prefetching MariusGNN reads
+    the next partition while the buffer is full. MariusGNN needs num_partitions >= 2
+    and 2 <= buffer_capacity <= num_partitions (configuration/datatypes.py
+    PartitionBufferOptions); capacity stays below num_partitions so the features are
+    really out of core.
+    """
+    row_bytes = feature_dim * 4
+    budget = int(cap_bytes * feature_share)
+    if 3 * row_bytes > budget:
+        raise DiskgnnError(f"--cap {format_size(cap_bytes)} leaves {format_size(budget)} for MariusGNN's feature "
+                           f"buffer: less than 3 partitions of one {row_bytes}-byte row each")
+    partitions = max(MIN_PARTITIONS, math.ceil(3 * num_nodes * row_bytes / budget))
+    while True:
+        rows = -(-num_nodes // partitions)
+        capacity = min(partitions - 1, budget // max(1, rows * row_bytes) - 1)
+        if capacity >= 2:
+            break
+        partitions += max(1, partitions // 16)  # ceil() rounding left too little room: smaller partitions
+    return {"num_partitions": partitions, "buffer_capacity": capacity, "partition_rows": rows,
+            "partition_bytes": rows * row_bytes, "resident_bytes": (capacity + 1) * rows * row_bytes,
+            "feature_budget_bytes": budget}
+
+
+def _write_edges(ds, path: Path, partitions: int, partition_rows: int, dtype: np.dtype, budget: int) -> np.ndarray:
+    """Writes (src, dst) pairs grouped by edge bucket (src // rows, dst // rows), bucket-major as
+    torch_partitioner.py orders them (stable, so by destination then source within a bucket); two passes
+    over the topology, counts then positioned writes. Returns the edges per bucket."""
+    max_edges = max(1, budget // 64)  # src, dst, bucket, order (int64) and the pair: ~48 bytes an edge
+    buckets = partitions * partitions
+    counts = np.zeros(buckets, dtype=np.int64)
+    for src, dst in csc_edges(ds, max_edges):
+        counts += np.bincount((src // partition_rows) * partitions + dst // partition_rows, minlength=buckets)
+    cursor = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pair_bytes = 2 * dtype.itemsize
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as e:
+        raise DiskgnnError(f"{path}: cannot write ({e.strerror})") from None
+    try:
+        for src, dst in csc_edges(ds, max_edges):
+            bucket = (src // partition_rows) * partitions + dst // partition_rows
+            order = np.argsort(bucket, kind="stable")
+            bucket = bucket[order]
+            pairs = np.empty((len(order), 2), dtype=dtype)
+            pairs[:, 0], pairs[:, 1] = src[order], dst[order]
+            starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
+            for s, e in zip(starts, [*starts[1:], len(bucket)]):
+                b = bucket[s]
+                pwrite_all(fd, pairs[s:e], int(cursor[b]) * pair_bytes, path)
+                cursor[b] += e - s
+    finally:
+        os.close(fd)
+    return counts
+
+
+def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_size, epochs, hidden, lr,
+            device) -> dict:
+    """The training config: GraphSAGE (mean) over a FEATURE layer, uniform sampling per hop from the seeds
+    outward (sampling_layers_[0] is applied to the batch's nodes: neighbor.cpp), features in the partition
+    buffer. Keys as read by configuration/marius_config.py and src/cpp/src/configuration/config.cpp."""
+    dims = [stats["node_feature_dim"]] + [hidden] * (len(fanouts) - 1) + [stats["num_classes"]]
+    gnn = [[{"type": "GNN", "options": {"type": "GRAPH_SAGE", "aggregator": "MEAN"}, "input_dim": dims[i],
+             "output_dim": dims[i + 1], "bias": True, "activation": "RELU" if i < len(fanouts) - 1 else "NONE"}]
+           for i in range(len(fanouts))]
+    buffer = {"type": "PARTITION_BUFFER",
+              "options": {"dtype": "float", "num_partitions": plan["num_partitions"],
+                          "buffer_capacity": plan["buffer_capacity"], "prefetching": True,
+                          "fine_to_coarse_ratio": 1, "num_cache_partitions": 0,
+                          "node_partition_ordering": "DISPERSED"}}
+    return {
+        "model": {
+            "random_seed": 0,
+            "learning_task": "NODE_CLASSIFICATION",
+            "encoder": {
+                "use_incoming_nbrs": True,
+                "use_outgoing_nbrs": False,
+                "train_neighbor_sampling": [{"type": "UNIFORM", "options": {"max_neighbors": f}} for f in fanouts],
+                "layers": [[{"type": "FEATURE", "output_dim": dims[0], "bias": False}]] + gnn,
+            },
+            "decoder": {"type": "NODE"},
+            "loss": {"type": "CROSS_ENTROPY", "options": {"reduction": "MEAN"}},
+            "dense_optimizer": {"type": "ADAM", "options": {"learning_rate": lr}},
+        },
+        "storage": {
+            "device_type": device,
+            "dataset": stats,
+            # FLAT_FILE: edge buckets are read as their partitions enter the buffer, not held whole.
+            "edges": {"type": "FLAT_FILE", "options": {"dtype": id_name}},
+            "nodes": {"type": "HOST_MEMORY", "options": {"dtype": id_name}},
+            "features": buffer,
+            # No EMBEDDING layer, so no embedding table is made; the same partition options here because
+            # validation.py validate_storage_config reads num_partitions from storage.embeddings.options.
+            "embeddings": copy.deepcopy(buffer),  # a copy: no YAML anchor/alias in the written config
+            "prefetch": True,
+            "shuffle_input": True,
+            "full_graph_evaluation": False,  # evaluation through the buffer too, within the cap
+            "model_dir": str(out / "model") + "/",
+            "log_level": "info",
+        },
+        "training": {"batch_size": batch_size, "num_epochs": epochs, "pipeline": {"sync": True},
+                     "logs_per_epoch": 10, "save_model": False},
+        "evaluation": {"batch_size": batch_size, "pipeline": {"sync": True}, "epochs_per_eval": epochs},
+    }
+
+
+def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1, hidden=256, lr=0.003,
+           device="cpu", memory_budget="256MiB", overwrite=False) -> dict:
+    """Writes dataset `data` to directory `out` in MariusGNN's layout with its training config; returns
+    the export's description (also written to out/diskgnn-export.json)."""
+    ds = open_dataset(data)
+    budget = budget_bytes(memory_budget)
+    cap_bytes = parse_size(cap)
+    fanouts = [int(f) for f in fanouts]
+    if not fanouts or min(fanouts) < 1:
+        raise DiskgnnError(f"--fanouts {fanouts}: MariusGNN's uniform sampling needs positive fanouts")
+    plan = buffer_plan(ds.num_nodes, ds.feature_dim, cap_bytes)
+    ids, id_name = id_dtype(ds.num_nodes)
+    splits = {name: ds.split(name) for name in SPLIT_FILES}
+    if len(splits["train"]) == 0:
+        raise DiskgnnError(f"{ds.file_path('train_idx')}: no training nodes; MariusGNN would have nothing to train")
+    final = Path(out).absolute()
+    with Staging(final, overwrite) as st:
+        write_array(st.path("nodes/features.bin"), row_chunks(ds.features, budget, 4), "<f4")
+        write_array(st.path("nodes/labels.bin"), row_chunks(ds.labels, budget, 4), "<i4")
+        for name, rel in SPLIT_FILES.items():
+            write_array(st.path(rel), row_chunks(splits[name], budget, ids.itemsize), ids)
+        counts = _write_edges(ds, st.path("edges/train_edges.bin"), plan["num_partitions"],
+                              plan["partition_rows"], ids, budget)
+        write_text(st.path("edges/train_partition_offsets.txt"), "".join(f"{c}\n" for c in counts.tolist()))
+        # Field order and `initialized: false` as OmegaConf.to_yaml(DatasetConfig) writes them; -1 marks an
+        # absent split (DatasetConfig: "If not given, no validation will be performed").
+        stats = {"dataset_dir": str(final) + "/", "num_edges": ds.num_edges, "num_nodes": ds.num_nodes,
+                 "num_relations": 1, "num_train": len(splits["train"]), "num_valid": len(splits["val"]) or -1,
+                 "num_test": len(splits["test"]) or -1, "node_feature_dim": ds.feature_dim,
+                 "rel_feature_dim": -1, "num_classes": ds.num_classes, "initialized": False}
+        write_text(st.path("dataset.yaml"), yaml.safe_dump(stats, sort_keys=False))
+        config = _config(final, {k: v for k, v in stats.items() if k != "initialized"}, plan, id_name,
+                         fanouts=fanouts, batch_size=batch_size, epochs=epochs, hidden=hidden, lr=lr, device=device)
+        write_text(st.path(CONFIG), yaml.safe_dump(config, sort_keys=False))
+        options = {"cap_bytes": cap_bytes, "fanouts": fanouts, "batch_size": batch_size, "epochs": epochs,
+                   "hidden": hidden, "lr": lr, "device": device, "buffer_plan": plan}
+        write_export_info(st.path(EXPORT_INFO), ds, "marius", options)
+    return {"peer": "marius", "out": str(final), "config": str(final / CONFIG), **options}
+
+
+def run(out, *, cap=None, timeout=None) -> dict:
+    """Trains MariusGNN on an export (`marius_train CONFIG`) under a cgroup memory cap (default: the cap
+    the export's buffer was sized for).
+
+    Epoch times come from its "Epoch Runtime: 63ms" lines (docs/examples/config/nc_custom.rst).
+    """
+    exe = shutil.which("marius_train")
+    if exe is None:
+        return not_run("marius", "not installed", "marius_train is not on PATH (MariusGNN is not installed; "
+                       "see docs/peers.md)")
+    info = read_export_info(out)
+    config = Path(out).absolute() / CONFIG
+    return capped_row("marius", [exe, str(config)], cap or info["options"]["cap_bytes"],
+                      r"Epoch Runtime:\s*([0-9.]+)\s*ms", 1e-3, timeout=timeout)
