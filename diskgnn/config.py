@@ -15,7 +15,9 @@ from pathlib import Path
 import yaml
 
 from .errors import DiskgnnError
+from .format import RAW_FEATURES
 from .models import MODELS
+from .quantize import canonical_spec
 from .units import parse_size
 
 SAMPLING = ("offline", "replay", "online")
@@ -48,6 +50,10 @@ class TrainConfig:
         "help": "offline: fresh samples each epoch, sampled and packed ahead; replay: one sampled epoch "
                 "replayed in a new order (DiskGNN); online: sampled during training, rows read directly",
         "choices": SAMPLING})
+    features: str = field(default=RAW_FEATURES, metadata={
+        "help": "feature rows to train from: fp32 (features.bin as stored) or a quantized variant stored in the "
+                "dataset (sq1..sq16, lin4, lin8, vq:w=16,L=2048, ...; add one with python -m diskgnn.quantize); "
+                "packs, caches and reads then move code rows, decoded on the training device"})
     max_blowup: float | None = field(default=None, metadata={
         "help": "cap on packed rows / nodes (rows shared within a segment of batches are stored once)"})
     eval: str = field(default="sampled", metadata={
@@ -95,6 +101,12 @@ class TrainConfig:
             raise DiskgnnError(f"--max-blowup {self.max_blowup}: must be positive")
         if self.model == "gat" and self.hidden % self.heads:
             raise DiskgnnError(f"--hidden {self.hidden}: gat needs a multiple of --heads {self.heads}")
+        if self.features != RAW_FEATURES:
+            try:  # a misspelt spec is refused before any work; whether it is stored, when the data is opened
+                canonical_spec(self.features)
+            except DiskgnnError as e:
+                raise DiskgnnError(f"--features {self.features}: expected {RAW_FEATURES} or a quantized variant: "
+                                   f"{e}") from None
         parse_size(self.memory_budget)
         for name in ("host_cache", "device_cache"):
             if getattr(self, name) != "auto":

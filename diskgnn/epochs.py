@@ -9,6 +9,8 @@ fresh samples, and epoch e + 1 is sampled and packed in a background thread
 while epoch e trains (the native sampler and packer release the GIL); at
 most two epochs' files are on disk at once. In replay mode (DiskGNN's) epoch
 0's samples and packs are reused, visited in a new order each epoch.
+Placement budgets and packs count the stored rows of the run's FeatureSource,
+so a quantized variant's code rows fill 4-32x more of a tier and of a pack.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .format import Dataset
+from .format import Dataset, FeatureSource
 from .pack import PackFile, pack_epoch
 from .placement import Placement, access_counts, place
 from .sample import SampleFile, batch_order, sample_epoch
@@ -35,8 +37,10 @@ class EpochFiles:
 
 class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
-                 max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None):
+                 max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
+                 features: FeatureSource | None = None):
         self.dataset, self.dir = dataset, Path(workdir)
+        self.source = features or dataset.feature_source()
         self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
         self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
         # Fresh-sample epochs that stop after max_batches need only those; replay visits a random subset.
@@ -62,7 +66,7 @@ class OfflineEpochs:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
         self._samples0 = self.sample(0)
         counts = access_counts([self._samples0], self.dataset.num_nodes)
-        self.placement = place(counts, self.dataset.row_bytes, budgets)
+        self.placement = place(counts, self.source.row_bytes, budgets)
         return self.placement
 
     def samples_bytes(self) -> int:
@@ -74,15 +78,15 @@ class OfflineEpochs:
         total = 0
         for batch in self._samples0:
             tier, _ = self.placement.locate(batch.nodes)
-            total += int((tier < 0).sum()) * self.dataset.row_bytes + 4096
+            total += int((tier < 0).sum()) * self.source.row_bytes + 4096
         if self.max_blowup is not None:
-            total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.dataset.row_bytes))
+            total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
         return total
 
     def pack(self, samples: SampleFile, name: str) -> PackFile:
         start = time.perf_counter()
         packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=self.max_blowup,
-                           memory_budget=self.pack_memory, threads=self.threads)
+                           memory_budget=self.pack_memory, threads=self.threads, features=self.source)
         self.pack_s += time.perf_counter() - start
         return packs
 

@@ -6,6 +6,9 @@ with O_DIRECT). Online: each batch is sampled when the pipeline reaches it,
 with the same random stream the offline sampler would use, and its rows are
 gathered straight from the feature file (no placement: the future is not
 known); this is the baseline offline sampling is measured against.
+Both move stored rows (features.bin's or a quantized variant's codes) and
+decode them into the model's float32 input as their last step, on the
+training device: in the copy stage with CUDA, in the assemble stage on a CPU.
 
 Stages: sample (decode the batch, build the blocks' tensors, look up labels)
 -> read (start the reads; `read_depth` batches in flight) -> assemble (wait,
@@ -20,9 +23,10 @@ import os
 import numpy as np
 import torch
 
+from .format import FeatureSource
 from .models import sampled_blocks
 from .pipeline import Pipeline, Stage
-from .reader import open_features
+from .reader import FeatureReader
 from .sample import SampleFile, batch_key, epoch_seeds, open_graph, sample_batch
 from .store import FeatureStore, TierStats
 
@@ -98,15 +102,17 @@ class OfflineLoader:
 
 
 class OnlineLoader:
-    """Batches sampled during training; rows gathered from the feature file (O_DIRECT row reads)."""
+    """Batches sampled during training; stored rows gathered from their file (O_DIRECT row reads)."""
 
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
-                 labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None, features=None):
+                 labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
+                 features: FeatureSource | None = None):
         self.dataset, self.fanouts, self.seed, self.epoch = dataset, list(fanouts), seed, epoch
         self.batches = epoch_seeds(seeds, batch_size, seed, epoch)
         self.labels, self.device, self.read_depth = labels, device, read_depth
         self.graph = graph or open_graph(dataset)
-        self.features = features or open_features(dataset.path, backend)
+        self.source = features or dataset.feature_source()
+        self.features = FeatureReader(self.source, backend)
         self.disk = TierStats("disk")
 
     def __len__(self) -> int:
@@ -128,8 +134,8 @@ class OnlineLoader:
         def assemble(work):
             x = work.pending.wait()
             self.disk.hits += x.shape[0]
-            self.disk.bytes += x.shape[0] * self.dataset.row_bytes
-            return _to_device(work, self.device, x)
+            self.disk.bytes += x.shape[0] * self.source.row_bytes
+            return _to_device(work, self.device, self.source.decode_torch(x.to(self.device)))
 
         return _pipeline(order, sample, read, assemble, None, "cpu", self.read_depth)
 

@@ -15,10 +15,14 @@ two or more batches of a segment is stored once, in the segment's shared
 region, which training reads through the page cache with coalesced reads
 (DiskGNN's disk cache).
 
+Rows are the stored rows of a FeatureSource: features.bin's, or a quantized
+variant's code rows (any number of bytes), so packs of codes are as many
+times smaller as the codes are.
+
 Files: `X.packs` (batch regions, then segment regions), `X.packs.json` (the
-index: offsets, row counts, XXH3-64 of every region), `X.packs.pos` (int32:
-per batch, the batch positions of its own rows, then of its shared rows and
-their slots in the segment region).
+index: offsets, row counts, XXH3-64 of every region, which feature rows were
+packed), `X.packs.pos` (int32: per batch, the batch positions of its own rows,
+then of its shared rows and their slots in the segment region).
 """
 
 from __future__ import annotations
@@ -31,12 +35,12 @@ import numpy as np
 import xxhash
 
 from .errors import DiskgnnError
-from .format import Dataset, _guard_io, padded, read_index, write_index_tmp
+from .format import Dataset, FeatureSource, _guard_io, padded, read_index, write_index_tmp
 from .placement import Placement
 from .units import parse_size
 
 PACKS_FORMAT = "diskgnn-packs"
-PACKS_VERSION = 1
+PACKS_VERSION = 2  # 2: the index names the feature rows packed (features, features_checksum)
 
 
 @dataclass
@@ -124,18 +128,20 @@ def _default_threads() -> int:
 
 def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
                chunk_bytes: int = 64 << 20, memory_budget: int | str = DEFAULT_MEMORY_BUDGET,
-               threads: int | None = None) -> "PackFile":
+               threads: int | None = None, features: FeatureSource | None = None) -> "PackFile":
     """Writes the packs of one sample file; returns them opened.
 
-    The native packer (native/packer.h) reads the features once, front to
-    back, gathering with `threads` threads (default: the cores, at most 8).
+    `features`: the rows to pack (default: features.bin as stored). The native
+    packer (native/packer.h) reads them once, front to back, gathering with
+    `threads` threads (default: the cores, at most 8).
     Memory: `memory_budget` (bytes, or a size such as "512MiB") for its
     chunk and staging buffers, plus the plan (about 20 bytes per packed row).
     """
     from . import _native
 
     out_path = Path(out_path)
-    row = dataset.row_bytes
+    source = features or dataset.feature_source()
+    row = source.row_bytes
     budget = parse_size(memory_budget)
     threads = _default_threads() if threads is None else threads
     if threads < 1:
@@ -148,7 +154,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     tmp = out_path.with_name(out_path.name + ".tmp")
     try:
         stats = _guard_io(tmp, lambda: _native.pack_regions(
-            dataset.features_path, dataset.num_nodes, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
+            str(source.path), source.num_rows, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
             memory_budget=budget, threads=threads))
     except _native.MemoryBudgetError as e:
         tmp.unlink(missing_ok=True)
@@ -165,7 +171,8 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     index.tofile(pos_path.with_name(pos_path.name + ".tmp"))
     meta = {
         "format": PACKS_FORMAT, "format_version": PACKS_VERSION,
-        "samples": sample_file.meta["manifest_checksum"], "row_bytes": row, "num_batches": nb,
+        "samples": sample_file.meta["manifest_checksum"], "features": source.name,
+        "features_checksum": source.checksum, "row_bytes": row, "num_batches": nb,
         "offsets": offsets.tolist(), "rows": sizes.tolist(),
         "shared_rows": [int(a.size) for a in p.shared_pos], "segment_batches": p.segment_batches,
         "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index.tobytes()),
@@ -216,6 +223,15 @@ class PackFile:
     def segment_region(self, b: int) -> int:
         """The region holding batch b's shared rows."""
         return len(self) + b // self.meta["segment_batches"]
+
+    def check_features(self, source: FeatureSource) -> None:
+        """Refuses to serve rows of another feature variant (or of a re-encoded one) than was packed."""
+        if self.meta["features"] != source.name:
+            raise DiskgnnError(f"{self.path}: packed from features {self.meta['features']}, not {source.name}; "
+                               f"pack again for {source.name}")
+        if self.meta["features_checksum"] != source.checksum:
+            raise DiskgnnError(f"{self.path}: packed from an earlier {source.path} (its checksum changed since); "
+                               "pack again")
 
     def check(self, r: int, data) -> None:
         if xxhash.xxh3_64_hexdigest(data) != self.meta["checksums"][r]:

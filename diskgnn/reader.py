@@ -30,6 +30,8 @@ import sys
 
 import numpy as np
 
+from .format import RAW_FEATURES, open_dataset
+
 BACKENDS = ("auto", "io_uring", "pread", "mmap", "kvikio")
 DEFAULT_QUEUE_DEPTH = 64
 
@@ -184,19 +186,17 @@ class FileReader:
 
 
 class FeatureReader:
-    """A dataset's feature matrix; ``gather`` returns rows as torch tensors."""
+    """A dataset's stored feature rows (a FeatureSource: features.bin or a quantized variant's
+    codes); ``gather`` returns them as torch tensors of the stored dtype."""
 
-    def __init__(self, dataset_dir, backend: str = "auto", **options):
+    def __init__(self, source, backend: str = "auto", **options):
         import torch
 
-        from .format import open_dataset
-
-        ds = open_dataset(dataset_dir)
-        self.path = ds.features_path
-        self.num_rows = ds.num_nodes
-        self.feature_dim = ds.feature_dim
-        self.numpy_dtype = np.dtype(ds.feature_dtype)
-        self.row_bytes = self.feature_dim * self.numpy_dtype.itemsize
+        self.path = str(source.path)
+        self.num_rows = source.num_rows
+        self.width = source.width
+        self.numpy_dtype = np.dtype(source.dtype)
+        self.row_bytes = source.row_bytes
         self.dtype = torch.from_numpy(np.empty(0, self.numpy_dtype)).dtype
         needed = self.num_rows * self.row_bytes
         size = os.path.getsize(self.path)
@@ -219,12 +219,12 @@ class FeatureReader:
         return self._file
 
     def gather(self, ids, out=None) -> torch.Tensor:
-        """Feature rows ``ids`` as a (len(ids), feature_dim) tensor of the file's dtype."""
+        """Stored rows ``ids`` as a (len(ids), width) tensor of the file's dtype."""
         return self.gather_async(ids, out).wait()
 
     def gather_async(self, ids, out=None) -> ReadHandle:
         ids = as_ids(ids)
-        shape = (len(ids), self.feature_dim)
+        shape = (len(ids), self.width)
         if out is None:
             out = self._file.empty_tensor(shape, self.dtype)
         elif tuple(out.shape) != shape or out.dtype != self.dtype:
@@ -250,12 +250,14 @@ class FeatureReader:
 
 
 def open_features(dataset_dir, backend: str = "auto", queue_depth: int = DEFAULT_QUEUE_DEPTH,
-                  **options) -> FeatureReader:
-    """Opens the feature matrix of a dataset directory (see docs/format.md).
+                  features: str = RAW_FEATURES, **options) -> FeatureReader:
+    """Opens the feature matrix of a dataset directory (see docs/format.md), or with ``features``
+    a stored quantized variant's code rows (docs/quantization.md).
 
     ``options`` go to FileReader (num_rings, direct, max_request_bytes, ...).
     """
-    return FeatureReader(dataset_dir, backend, queue_depth=queue_depth, **options)
+    return FeatureReader(open_dataset(dataset_dir).feature_source(features), backend, queue_depth=queue_depth,
+                         **options)
 
 
 def as_ids(ids) -> np.ndarray:

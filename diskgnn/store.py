@@ -10,6 +10,10 @@ use), and reads its own cold rows with one range read of its pack region
 tier counts the rows it served and their bytes.
 On a CPU-only machine the host tier is the top tier; with CUDA the first tier
 lives on the device and host tiers are pinned.
+
+All of this moves stored rows of a FeatureSource (features.bin's, or a
+quantized variant's code rows, 4-32x smaller); they are decoded into the
+model's float32 input only at the end, on the training device.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .format import Dataset
+from .format import Dataset, FeatureSource
 from .pack import PackFile
 from .placement import Placement
-from .reader import FileReader, open_features
+from .reader import FeatureReader, FileReader
 
 
 @dataclass
@@ -36,22 +40,24 @@ class MemoryTier:
     """Rows of one placement tier, as one tensor in the tier's memory."""
 
     name: str
-    rows: "object"  # torch.Tensor [num_rows, dim]
+    rows: "object"  # torch.Tensor [num_rows, width]: stored rows
 
     @property
     def on_device(self) -> bool:
         return self.rows.device.type != "cpu"
 
 
-def load_tiers(dataset: Dataset, placement: Placement, device: str = "cpu", backend: str = "auto") -> list[MemoryTier]:
-    """Reads every tier's rows with coalesced gathers (ids are sorted, so reads run forwards); the
-    first tier goes to the device when there is one, host tiers are pinned when CUDA is present."""
+def load_tiers(dataset: Dataset, placement: Placement, device: str = "cpu", backend: str = "auto",
+               features: FeatureSource | None = None) -> list[MemoryTier]:
+    """Reads every tier's rows of `features` (default: features.bin) with coalesced gathers (ids are
+    sorted, so reads run forwards); the first tier goes to the device when there is one, host tiers
+    are pinned when CUDA is present."""
     import torch
 
     tiers = []
-    with open_features(dataset.path, backend) as features:
+    with FeatureReader(features or dataset.feature_source(), backend) as reader:
         for t, (name, ids) in enumerate(zip(placement.tier_names, placement.tier_ids)):
-            rows = features.gather(ids)
+            rows = reader.gather(ids)
             if t == 0 and device != "cpu":
                 rows = rows.to(device)
             elif torch.cuda.is_available():
@@ -76,17 +82,21 @@ class FeatureStore:
     """Assembles each batch's input features from the memory tiers and its pack."""
 
     def __init__(self, dataset: Dataset, placement: Placement, packs: PackFile, *, device: str = "cpu",
-                 backend: str = "auto", tiers: list[MemoryTier] | None = None):
-        """`tiers`: the placement's rows already loaded (load_tiers), shared by the stores of
-        several pack files (each epoch's, the eval sets'); loaded here when not given."""
+                 backend: str = "auto", tiers: list[MemoryTier] | None = None,
+                 features: FeatureSource | None = None):
+        """`features`: the rows the packs and tiers hold (default: features.bin); packs of other
+        rows are refused. `tiers`: the placement's rows already loaded (load_tiers), shared by the
+        stores of several pack files (each epoch's, the eval sets'); loaded here when not given."""
         import torch
 
         self.dataset = dataset
+        self.source = features or dataset.feature_source()
+        packs.check_features(self.source)
         self.placement = placement
         self.packs = packs
         self.device = device
-        self.dtype = torch.from_numpy(np.empty(0, dataset.feature_dtype)).dtype
-        self.tiers = tiers if tiers is not None else load_tiers(dataset, placement, device, backend)
+        self.dtype = torch.from_numpy(np.empty(0, self.source.dtype)).dtype
+        self.tiers = tiers if tiers is not None else load_tiers(dataset, placement, device, backend, self.source)
         self.tier_stats = [TierStats(t.name) for t in self.tiers]
         self.reader = FileReader(packs.path, backend)
         self.page_cache = TierStats("page_cache")
@@ -103,7 +113,7 @@ class FeatureStore:
         return self.tier_stats + [self.page_cache, self.disk]
 
     def load(self, batch):
-        """The features of batch.nodes, row i for node i, on the store's device."""
+        """The model input of batch.nodes (float32, decoded), row i for node i, on the store's device."""
         return self.to_device(self.finish(self.start(batch)))
 
     def start(self, batch) -> "PendingBatch":
@@ -120,13 +130,13 @@ class FeatureStore:
         return pending
 
     def finish(self, pending: "PendingBatch"):
-        """Waits for the batch's read and assembles its host rows (every row but the device tier's).
+        """Waits for the batch's read and assembles its stored host rows (every row but the device tier's).
 
         The copies run in numpy: its fancy indexing is 3-4x faster than torch's on CPU tensors,
         and the output tensor shares the array's memory.
         """
-        batch, row, dim = pending.batch, self.dataset.row_bytes, self.dataset.feature_dim
-        out = self._torch.empty((batch.nodes.size, dim), dtype=self.dtype, pin_memory=self.device != "cpu")
+        batch, row, width = pending.batch, self.source.row_bytes, self.source.width
+        out = self._torch.empty((batch.nodes.size, width), dtype=self.dtype, pin_memory=self.device != "cpu")
         rows = out.numpy()
         for t, cache in enumerate(self.tiers):
             mine = np.flatnonzero(pending.tier == t)
@@ -143,17 +153,18 @@ class FeatureStore:
             buf = pending.read.wait()
             self.packs.check(batch.index, buf)
             positions = self.packs.own_pos[batch.index]
-            rows[positions] = buf.view(self.dataset.feature_dtype).reshape(-1, dim)
+            rows[positions] = buf.view(self.source.dtype).reshape(-1, width)
             self.disk.hits += positions.size
             self.disk.bytes += buf.size
         pending.host = out
         return pending
 
     def to_device(self, pending: "PendingBatch"):
-        """Copies the assembled rows to the device (non-blocking from pinned memory) and fills in
-        the device tier's rows there."""
+        """The model input: the assembled rows copied to the device (non-blocking from pinned
+        memory), the device tier's rows filled in there, then decoded there, in the copy's
+        stream: only stored rows cross to the device. Without a device the host rows are decoded here."""
         if self.device == "cpu":
-            return pending.host
+            return self.source.decode_torch(pending.host)
         torch = self._torch
         x = pending.host.to(self.device, non_blocking=True)
         for t, cache in enumerate(self.tiers):
@@ -161,7 +172,7 @@ class FeatureStore:
             if mine.size and cache.on_device:
                 x[torch.from_numpy(mine).to(self.device)] = cache.rows[
                     torch.from_numpy(pending.slot[mine].astype(np.int64)).to(self.device)]
-        return x
+        return self.source.decode_torch(x)
 
     def _segment_rows(self, b: int) -> np.ndarray:
         """Batch b's shared rows, gathered from its segment region through the page cache."""
@@ -175,9 +186,9 @@ class FeatureStore:
             self.packs.check(r, whole)
             self._checked_segments.add(r)
         slots = self.packs.shared_slot[b]
-        rows = self._segment_reader.gather_rows(slots, self.dataset.row_bytes, base_offset=offset,
-                                                num_rows=length // self.dataset.row_bytes)
-        return rows.view(self.dataset.feature_dtype).reshape(slots.size, -1)
+        rows = self._segment_reader.gather_rows(slots, self.source.row_bytes, base_offset=offset,
+                                                num_rows=length // self.source.row_bytes)
+        return rows.view(self.source.dtype).reshape(slots.size, -1)
 
     def close(self) -> None:
         self.reader.close()

@@ -4,6 +4,8 @@ With no arguments it prepares the built-in synthetic dataset once (cached
 under $DISKGNN_HOME, default ~/.cache/diskgnn) and trains on it end to end.
 
 The run: resolve the configuration (defaults < --config FILE.yaml < flags)
+-> the feature rows (--features: features.bin or a stored quantized variant,
+whose code rows everything below the model moves)
 -> plan (sizes, budgets; impossible settings refused) -> sample epoch 0 and
 place the hottest rows in the memory tiers (expected hit rates printed) ->
 pack -> per epoch, the pipeline (sample -> read -> assemble -> copy -> train
@@ -32,7 +34,7 @@ from . import __version__
 from .config import TrainConfig, resolve, save
 from .epochs import EpochFiles, OfflineEpochs
 from .errors import DiskgnnError, run_cli
-from .format import Dataset, open_dataset, read_manifest
+from .format import Dataset, FeatureSource, open_dataset, read_manifest
 from .loader import OfflineLoader, OnlineLoader
 from .memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
 from .models import GNN
@@ -81,13 +83,15 @@ def _batch_rows(ds: Dataset, batch_size: int, fanouts: list[int]) -> int:
     return rows
 
 
-def working_set(ds: Dataset, cfg: TrainConfig) -> int:
+def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget."""
     rows = _batch_rows(ds, cfg.batch_size, cfg.fanout_list)
-    queued = (cfg.read_depth + 6) * rows * (ds.row_bytes + 64)  # features, ids and blocks in the stages
+    # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
+    # the queues between), float32 model input after it (two queued, one being trained).
+    queued = rows * ((cfg.read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
     activations = 4 * rows * max(cfg.hidden, ds.feature_dim) * 4  # the batch being trained
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    return BASE_RSS + tables + queued + activations + PACK_MEMORY
+    return BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + PACK_MEMORY
 
 
 def resolve_device(cfg: TrainConfig) -> str:
@@ -99,11 +103,12 @@ def resolve_device(cfg: TrainConfig) -> str:
     return cfg.device
 
 
-def tier_budgets(ds: Dataset, cfg: TrainConfig, device: str) -> list[tuple[str, int]]:
-    """(tier, bytes) from the fastest: the device cache with CUDA, then the host cache."""
+def tier_budgets(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str) -> list[tuple[str, int]]:
+    """(tier, bytes) from the fastest: the device cache with CUDA, then the host cache; no tier
+    larger than all the stored rows."""
     budget = parse_size(cfg.memory_budget)
-    need = working_set(ds, cfg)
-    features = ds.num_nodes * ds.row_bytes
+    need = working_set(ds, source, cfg)
+    features = source.num_rows * source.row_bytes
     if budget < need:
         raise DiskgnnError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
                            f"about {format_size(need)} (lower --batch-size, --fanouts or --read-depth, or raise "
@@ -165,6 +170,10 @@ class Run:
         self.device = resolve_device(cfg)
         self.data = Path(cfg.data) if cfg.data else default_dataset(cfg.progress)
         self.ds = open_dataset(self.data)
+        try:
+            self.source = self.ds.feature_source(cfg.features)
+        except DiskgnnError as e:
+            raise DiskgnnError(f"--features {cfg.features}: {e}") from None
         self.workdir = Path(cfg.workdir) if cfg.workdir else diskgnn_home() / "runs" / self.data.name
         self.workdir.mkdir(parents=True, exist_ok=True)
         save(cfg, self.workdir / "config.yaml")
@@ -182,25 +191,33 @@ class Run:
 
     # -- planning -----------------------------------------------------------------------------
     def plan(self) -> dict:
-        cfg, ds = self.cfg, self.ds
-        feats = ds.num_nodes * ds.row_bytes
+        cfg, ds, source = self.cfg, self.ds, self.source
+        feats = ds.num_nodes * source.row_bytes
         print(f"plan: dataset {self.data}: {ds.num_nodes:,} nodes, {ds.num_edges:,} edges, features "
-              f"{ds.feature_dim} x {ds.feature_dtype.name} = {format_size(feats)}; splits "
+              f"{ds.feature_dim} x {ds.feature_dtype.name} = {format_size(ds.num_nodes * ds.row_bytes)}; splits "
               + ", ".join(f"{s} {ds.split(s).size:,}" for s in ("train", "val", "test")))
-        budgets = tier_budgets(ds, cfg, self.device)
-        print(f"plan: memory budget {cfg.memory_budget}: working set ~{format_size(working_set(ds, cfg))}, "
-              + ", ".join(f"{name} cache {format_size(b)}" for name, b in budgets)
+        smaller = ds.row_bytes / source.row_bytes
+        print(f"plan: --features {source.name}: {source.row_bytes:,} B rows"
+              + (f" ({smaller:.1f}x smaller than features.bin)" if smaller != 1 else "")
+              + f", {format_size(feats)} in {source.path.name}; packs, caches and reads move these rows, decoded "
+              "on the training device")
+        budgets = tier_budgets(ds, source, cfg, self.device)
+        need = working_set(ds, source, cfg)
+        print(f"plan: memory budget {cfg.memory_budget}: working set ~{format_size(need)}, "
+              + ", ".join(f"{name} cache {format_size(b)} ({b // source.row_bytes:,} rows)" for name, b in budgets)
               + f"; device {self.device}; sampling {cfg.sampling}; model {cfg.model} "
               f"(fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})")
-        info = {"feature_bytes": feats, "tier_budgets": dict(budgets), "working_set_bytes": working_set(ds, cfg)}
+        info = {"features": source.name, "row_bytes": source.row_bytes, "feature_bytes": feats,
+                "tier_budgets": dict(budgets), "tier_rows": {name: b // source.row_bytes for name, b in budgets},
+                "working_set_bytes": need}
         if cfg.sampling == "online":
             print("plan: online sampling: no placement (future accesses unknown); every row is read from "
-                  "the feature file")
+                  f"{source.path.name}")
             return info
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", fanouts=cfg.fanout_list,
                                     batch_size=cfg.batch_size, seed=cfg.seed, replay=cfg.sampling == "replay",
                                     max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=PACK_MEMORY,
-                                    max_batches=cfg.max_batches)
+                                    max_batches=cfg.max_batches, features=source)
         placement = self.epochs.plan_placement(budgets)
         samples_bytes = self.epochs.samples_bytes()
         epoch_packs = self.epochs.cold_bytes()
@@ -227,7 +244,7 @@ class Run:
                 if ds.split(split).size:
                     self.eval_files[split] = self.epochs.eval_files(
                         split, ds.split(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
-        self.tiers = load_tiers(ds, placement, self.device, cfg.backend)
+        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, source)
         return info
 
     # -- loaders --------------------------------------------------------------------------------
@@ -236,13 +253,13 @@ class Run:
         if cfg.sampling == "online":
             return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
-                                read_depth=cfg.read_depth, backend=cfg.backend)
+                                read_depth=cfg.read_depth, backend=cfg.backend, features=self.source)
         files = self.epochs.files(epoch)
         return self._offline_loader(files)
 
     def _offline_loader(self, files) -> OfflineLoader:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
-                             backend=self.cfg.backend, tiers=self.tiers)
+                             backend=self.cfg.backend, tiers=self.tiers, features=self.source)
         self.backend = store.backend
         return OfflineLoader(files.samples, store, self.labels, self.device, self.cfg.read_depth)
 
@@ -251,7 +268,7 @@ class Run:
         if cfg.sampling == "online":
             return OnlineLoader(self.ds, seeds, fanouts=cfg.eval_fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=EVAL_EPOCH[split], labels=self.labels, device=self.device,
-                                read_depth=cfg.read_depth, backend=cfg.backend)
+                                read_depth=cfg.read_depth, backend=cfg.backend, features=self.source)
         return self._offline_loader(self.eval_files[split])
 
     # -- one pass -------------------------------------------------------------------------------
@@ -277,7 +294,7 @@ class Run:
         with pipeline:
             for i, work in enumerate(pipeline):
                 optimizer.zero_grad(set_to_none=True)
-                out = model(work.blocks, work.x.float())
+                out = model(work.blocks, work.x)
                 loss = F.cross_entropy(out, work.labels)
                 loss.backward()
                 optimizer.step()
@@ -307,7 +324,8 @@ class Run:
             if self.cfg.eval_max_batches is not None:
                 seeds = seeds[: self.cfg.eval_max_batches * self.cfg.batch_size]
             logits = full_neighbour_logits(model, self.ds, seeds, self.workdir / "inference",
-                                           batch_size=self.cfg.batch_size, device=self.device)
+                                           batch_size=self.cfg.batch_size, device=self.device,
+                                           features=self.source)
             return float((logits.argmax(1).numpy() == self.labels[seeds]).mean())
         loader = self.eval_loader(split)
         order = np.arange(len(loader))
@@ -316,7 +334,7 @@ class Run:
         correct = total = 0
         with loader.pipeline(order) as pipeline:
             for work in pipeline:
-                pred = model(work.blocks, work.x.float()).argmax(1)
+                pred = model(work.blocks, work.x).argmax(1)
                 correct += int((pred == work.labels).sum())
                 total += work.labels.numel()
         return correct / max(1, total)
@@ -398,6 +416,8 @@ def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
         "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
         "tiers": tiers,
         "disk_bytes_read": disk_bytes,
+        "features": run.source.name,
+        "feature_row_bytes": run.source.row_bytes,
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_anon_bytes": memory.peak_bytes,
         "memory_budget_bytes": parse_size(cfg.memory_budget),

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from diskgnn.errors import DiskgnnError
 from diskgnn.format import open_dataset
@@ -44,8 +45,11 @@ def test_assembled_batches_equal_the_oracle(tmp_path, nodes, dim, dtype, cache_f
     features = np.asarray(ds.features)
     served = 0
     for batch in sf:
-        got = store.load(batch).numpy()
-        np.testing.assert_array_equal(got.view(np.uint8), features[batch.nodes].view(np.uint8))
+        pending = store.finish(store.start(batch))  # the stored rows, byte for byte
+        np.testing.assert_array_equal(pending.host.numpy().view(np.uint8), features[batch.nodes].view(np.uint8))
+        x = store.to_device(pending)  # the model's input: the values as float32
+        assert x.dtype == torch.float32
+        np.testing.assert_array_equal(x.numpy(), features[batch.nodes].astype(np.float32))
         served += batch.nodes.size
     stats = {s.name: s for s in store.stats()}
     assert sum(s.hits for s in stats.values()) == served == counts.sum()

@@ -138,12 +138,17 @@ def test_config_file_and_flags(tmp_path):
     (["--host-cache", "3GiB"], "--host-cache 3GiB plus the working set"),
     (["--device", "cuda"], "--device cuda: CUDA is not available"),
     (["--batch-size", "x"], "batch-size: cannot read 'x'"),
+    (["--features", "sq3"], "--features sq3: expected fp32 or a quantized variant: quantize spec 'sq3': sq bits"),
+    (["--features", "vq:L=256,w=16"], "--features vq:L=256,w=16: {data}: no quantized features vq:w=16,L=256 "
+                                     "(stored: none); add them with python -m diskgnn.quantize {data} --spec "
+                                     "vq:w=16,L=256"),
 ])
 def test_cli_refuses_bad_settings_in_one_line(dataset, tmp_path, args, message):
     if args[0] == "--device" and torch.cuda.is_available():
         pytest.skip("CUDA is available here")
     proc = run_module("diskgnn.train", "--data", dataset, "--workdir", tmp_path / "w", "--no-progress", *args)
     assert proc.returncode == 2
+    message = message.format(data=dataset)
     assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
