@@ -61,15 +61,16 @@ def _failed(name: str, run: dict) -> str:
 
 
 def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host_cache: str,
-            cap: int | None) -> dict:
-    """One diskgnn.train run; its summary's timings, tiers and memory."""
+            cap: int | None, features: str = "fp32") -> dict:
+    """One diskgnn.train run (on `features`: fp32 or a stored quantized variant); its summary's
+    timings, tiers and memory."""
     summary_path = work / f"{name}.summary.json"
     summary_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--model", "sage",
             "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
             "--epochs", "1", "--max-batches", str(args.batches), "--eval", "none", "--seed", "0",
             "--memory-budget", memory_budget, "--host-cache", host_cache, "--workdir", str(work / name),
-            "--summary-json", str(summary_path), "--no-progress"]
+            "--features", features, "--summary-json", str(summary_path), "--no-progress"]
     run = _capped(argv, cap, None)
     if run["returncode"] != 0 or not summary_path.exists():
         return {"error": _failed(name, run), **{k: run.get(k) for k in ("cap_bytes", "oom_killed")}}
@@ -79,6 +80,7 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "sample_s": s["sample_s"], "pack_s": s["pack_s"], "stage_times_s": s["stage_times_s"],
             "bottleneck": s.get("bottleneck"), "tiers": s["tiers"], "disk_bytes_read": s["disk_bytes_read"],
             "peak_rss_bytes": s["peak_rss_bytes"], "backend": s["backend"], "plan": s["plan"],
+            "features": s["features"], "feature_row_bytes": s["feature_row_bytes"],
             "memory_budget": memory_budget, "host_cache": host_cache, "cold_cache": run["cold_cache"],
             "cap_bytes": run["cap_bytes"], "cgroup_peak_bytes": run.get("cgroup_peak_bytes"),
             "oom_killed": run.get("oom_killed", False)}

@@ -1,0 +1,115 @@
+"""Quantized features under a memory cap: disk bytes, epoch time and hit rates per feature variant.
+
+    python -m bench.quantized [--data W1_DIR] [--features fp32,sq8,sq1,vq:w=16,L=2048] [--batches 200] [--cap 2GiB]
+    python -m bench.quantized --smoke                 # tiny, for the test suite
+
+Each variant trains with `python -m diskgnn.train --features VARIANT` (sage,
+fanouts 10,5, batch 1024, hidden 256, one epoch of --batches batches) in its
+own process under a cgroup memory cap (page cache included, dropped first),
+--memory-budget = the cap, twice:
+
+  auto   the host cache the plan picks: its byte budget holds 4-32x more
+         code rows than fp32 rows, so the hit rate rises as well;
+  none   --host-cache 0: every row comes from the packs, so the bytes read
+         show what the smaller rows alone save.
+
+Variants missing from the dataset are added first (python -m diskgnn.quantize,
+minutes on W1; not timed). Ratios are against fp32 in the same run: disk bytes
+per epoch fp32 / variant beside the compression ratio, epoch time variant / fp32.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from pathlib import Path
+
+from diskgnn.format import RAW_FEATURES, open_dataset
+from diskgnn.quantize import canonical_spec, quantize_dataset
+from diskgnn.units import format_size, parse_size
+
+from .common import machine_info, synthetic_workload, write_json
+from .epoch import REPO, trainer
+
+CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache
+
+
+def parse_features(text: str) -> list[str]:
+    """Comma-separated variants; a vq spec's own commas (vq:w=16,L=2048) stay inside it."""
+    names = re.split(r",(?=[A-Za-z]+\d*(?:[:,]|$))", text)
+    return [n if n == RAW_FEATURES else canonical_spec(n) for n in names]
+
+
+def _ratio(a, b) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(prog="python -m bench.quantized", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", help="dataset directory (default: W1 under --workdir, prepared if missing)")
+    ap.add_argument("--features", help="variants to compare, fp32 first (default: fp32,sq8,sq1,vq:w=16,L=2048)")
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--fanouts", default="10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--cap", default="2GiB", help="cgroup memory cap, page cache included")
+    ap.add_argument("--no-cap", action="store_true", help="run uncapped (no cgroup here)")
+    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "quantized-work"))
+    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "quantized.json"))
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.batches, args.batch_size, args.hidden = min(args.batches, 3), 256, 32
+    variants = parse_features(args.features or ("fp32,sq8,sq1,vq:w=16,L=" + ("256" if args.smoke else "2048")))
+    if variants[0] != RAW_FEATURES:
+        variants.insert(0, RAW_FEATURES)  # the baseline every ratio is taken against
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    data = Path(args.data) if args.data else synthetic_workload(work, 20_000 if args.smoke else 8_000_000)
+    missing = [v for v in variants[1:] if v not in open_dataset(data).quantized_specs]
+    quantize_s = {}
+    for spec in missing:
+        print(f"adding {spec} to {data} (python -m diskgnn.quantize {data} --spec {spec})", flush=True)
+        t0 = time.perf_counter()
+        quantize_dataset(data, [spec])
+        quantize_s[spec] = time.perf_counter() - t0
+    ds = open_dataset(data)
+    cap = None if args.no_cap else parse_size(args.cap)
+    info = machine_info(work)
+    print(f"machine: {info['summary']}; data {data}: {ds.num_nodes:,} nodes, features "
+          f"{format_size(ds.num_nodes * ds.row_bytes)}; cap {args.cap if cap else 'none'}; {args.batches} batches")
+
+    runs, rows = {}, []
+    for cache, host_cache in CACHES.items():
+        for v in variants:
+            name = f"{v}/{cache}"
+            r = runs[name] = trainer(f"{v.replace(':', '-').replace(',', '-')}-{cache}", data, work, args,
+                                     memory_budget=args.cap, host_cache=host_cache, cap=cap, features=v)
+            if "error" in r:
+                print(f"{name}: FAILED: {r['error']}")
+                continue
+            base = runs[f"{RAW_FEATURES}/{cache}"]
+            row = {"features": v, "cache": cache, "row_bytes": r["feature_row_bytes"],
+                   "compression": ds.row_bytes / r["feature_row_bytes"], "disk_bytes_read": r["disk_bytes_read"],
+                   "disk_saving": _ratio(base.get("disk_bytes_read"), r["disk_bytes_read"]),
+                   "epoch_s": r["epoch_s"], "epoch_vs_fp32": _ratio(r["epoch_s"], base.get("epoch_s")),
+                   "hit_rates": {t: s["hit_rate"] for t, s in r["tiers"].items()},
+                   "host_cache_rows": r["plan"].get("tier_rows", {}).get("host"),
+                   "cgroup_peak_bytes": r["cgroup_peak_bytes"], "bottleneck": r["bottleneck"]}
+            rows.append(row)
+            saving = f"{row['disk_saving']:.2f}x less than fp32" if row["disk_saving"] else "n/a vs fp32"
+            slower = f"{row['epoch_vs_fp32']:.2f} x fp32" if row["epoch_vs_fp32"] else "n/a vs fp32"
+            print(f"{name}: {row['row_bytes']} B rows ({row['compression']:.1f}x), disk read "
+                  f"{format_size(int(row['disk_bytes_read']))} ({saving}), epoch {r['epoch_s']:.1f} s ({slower}), "
+                  "hit rates " + " ".join(f"{t} {h:.1%}" for t, h in row["hit_rates"].items()), flush=True)
+    result = {"benchmark": "quantized", "machine": info, "dataset": str(data), "nodes": ds.num_nodes,
+              "feature_bytes": ds.num_nodes * ds.row_bytes, "batches": args.batches, "fanouts": args.fanouts,
+              "batch_size": args.batch_size, "hidden": args.hidden, "cap": args.cap if cap else None,
+              "variants": variants, "quantize_s": quantize_s, "rows": rows, "runs": runs}
+    write_json(args.out, result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
