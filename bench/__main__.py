@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader", "offline"]
+BENCHMARKS = ["prepare", "reader", "offline", "accuracy"]
 
 
 def main(argv=None) -> None:
