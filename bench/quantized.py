@@ -15,15 +15,19 @@ own process under a cgroup memory cap (page cache included, dropped first),
 
 Variants missing from the dataset are added first (python -m diskgnn.quantize,
 minutes on W1; not timed). Ratios are against fp32 in the same run: disk bytes
-per epoch fp32 / variant beside the compression ratio, epoch time variant / fp32.
+per epoch fp32 / variant beside the compression ratio, epoch time variant / fp32
+(with --repeat N, the median of N runs, repeats interleaved so that load from
+other processes falls on every variant alike).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import time
 from pathlib import Path
+from statistics import median
 
 from diskgnn.format import RAW_FEATURES, open_dataset
 from diskgnn.quantize import canonical_spec, quantize_dataset
@@ -50,6 +54,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--data", help="dataset directory (default: W1 under --workdir, prepared if missing)")
     ap.add_argument("--features", help="variants to compare, fp32 first (default: fp32,sq8,sq1,vq:w=16,L=2048)")
     ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=1, help="runs of every variant, interleaved; medians reported")
     ap.add_argument("--fanouts", default="10,5")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=256)
@@ -80,33 +85,47 @@ def main(argv=None) -> dict:
     print(f"machine: {info['summary']}; data {data}: {ds.num_nodes:,} nodes, features "
           f"{format_size(ds.num_nodes * ds.row_bytes)}; cap {args.cap if cap else 'none'}; {args.batches} batches")
 
-    runs, rows = {}, []
-    for cache, host_cache in CACHES.items():
-        for v in variants:
-            name = f"{v}/{cache}"
-            r = runs[name] = trainer(f"{v.replace(':', '-').replace(',', '-')}-{cache}", data, work, args,
-                                     memory_budget=args.cap, host_cache=host_cache, cap=cap, features=v)
-            if "error" in r:
-                print(f"{name}: FAILED: {r['error']}")
-                continue
-            base = runs[f"{RAW_FEATURES}/{cache}"]
-            row = {"features": v, "cache": cache, "row_bytes": r["feature_row_bytes"],
-                   "compression": ds.row_bytes / r["feature_row_bytes"], "disk_bytes_read": r["disk_bytes_read"],
-                   "disk_saving": _ratio(base.get("disk_bytes_read"), r["disk_bytes_read"]),
-                   "epoch_s": r["epoch_s"], "epoch_vs_fp32": _ratio(r["epoch_s"], base.get("epoch_s")),
-                   "hit_rates": {t: s["hit_rate"] for t, s in r["tiers"].items()},
-                   "host_cache_rows": r["plan"].get("tier_rows", {}).get("host"),
-                   "cgroup_peak_bytes": r["cgroup_peak_bytes"], "bottleneck": r["bottleneck"]}
-            rows.append(row)
-            saving = f"{row['disk_saving']:.2f}x less than fp32" if row["disk_saving"] else "n/a vs fp32"
-            slower = f"{row['epoch_vs_fp32']:.2f} x fp32" if row["epoch_vs_fp32"] else "n/a vs fp32"
-            print(f"{name}: {row['row_bytes']} B rows ({row['compression']:.1f}x), disk read "
-                  f"{format_size(int(row['disk_bytes_read']))} ({saving}), epoch {r['epoch_s']:.1f} s ({slower}), "
-                  "hit rates " + " ".join(f"{t} {h:.1%}" for t, h in row["hit_rates"].items()), flush=True)
+    runs = {}  # "variant/cache" -> one result per repeat
+    for rep in range(args.repeat):  # repeats interleaved: background load drifts over every variant alike
+        for cache, host_cache in CACHES.items():
+            for v in variants:
+                name, run_dir = f"{v}/{cache}", f"{v.replace(':', '-').replace(',', '-')}-{cache}"
+                r = trainer(run_dir, data, work, args, memory_budget=args.cap, host_cache=host_cache, cap=cap,
+                            features=v)
+                shutil.rmtree(work / run_dir, ignore_errors=True)  # its packs: up to 8 GiB on W1
+                runs.setdefault(name, []).append(r)
+                done = f"epoch {r['epoch_s']:.1f} s, disk read {format_size(r['disk_bytes_read'])}" \
+                    if "error" not in r else f"FAILED: {r['error']}"
+                print(f"{name} #{rep}: {done}", flush=True)
+    summary = {}
+    for name, results in runs.items():
+        ok = [r for r in results if "error" not in r]
+        if ok:
+            summary[name] = {"epoch_s": median(r["epoch_s"] for r in ok), "all": [r["epoch_s"] for r in ok],
+                             "last": ok[-1]}
+    rows = []
+    for name, m in summary.items():
+        v, cache = name.rsplit("/", 1)
+        r, base = m["last"], summary.get(f"{RAW_FEATURES}/{cache}")
+        row = {"features": v, "cache": cache, "row_bytes": r["feature_row_bytes"],
+               "compression": ds.row_bytes / r["feature_row_bytes"], "disk_bytes_read": r["disk_bytes_read"],
+               "disk_saving": _ratio(base and base["last"]["disk_bytes_read"], r["disk_bytes_read"]),
+               "epoch_s": m["epoch_s"], "epoch_s_all": m["all"],
+               "epoch_vs_fp32": _ratio(m["epoch_s"], base and base["epoch_s"]),
+               "hit_rates": {t: s["hit_rate"] for t, s in r["tiers"].items()},
+               "host_cache_rows": r["plan"]["tier_rows"].get("host"), "cgroup_peak_bytes": r["cgroup_peak_bytes"],
+               "bottleneck": r["bottleneck"]}
+        rows.append(row)
+        saving = f"{row['disk_saving']:.2f}x less than fp32" if row["disk_saving"] else "n/a vs fp32"
+        slower = f"{row['epoch_vs_fp32']:.2f} x fp32" if row["epoch_vs_fp32"] else "n/a vs fp32"
+        print(f"{name}: {row['row_bytes']} B rows ({row['compression']:.1f}x), disk read "
+              f"{format_size(int(row['disk_bytes_read']))} ({saving}), epoch {m['epoch_s']:.1f} s median of "
+              f"{len(row['epoch_s_all'])} ({slower}), hit rates "
+              + " ".join(f"{t} {h:.1%}" for t, h in row["hit_rates"].items()))
     result = {"benchmark": "quantized", "machine": info, "dataset": str(data), "nodes": ds.num_nodes,
               "feature_bytes": ds.num_nodes * ds.row_bytes, "batches": args.batches, "fanouts": args.fanouts,
               "batch_size": args.batch_size, "hidden": args.hidden, "cap": args.cap if cap else None,
-              "variants": variants, "quantize_s": quantize_s, "rows": rows, "runs": runs}
+              "repeat": args.repeat, "variants": variants, "quantize_s": quantize_s, "rows": rows, "runs": runs}
     write_json(args.out, result)
     return result
 
