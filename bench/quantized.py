@@ -23,7 +23,9 @@ other processes falls on every variant alike).
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import resource
 import shutil
 import time
 from pathlib import Path
@@ -37,6 +39,13 @@ from .common import machine_info, synthetic_workload, write_json
 from .epoch import REPO, trainer
 
 CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU time the whole machine has been busy, and that this process's finished children used."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
 
 
 def parse_features(text: str) -> list[str]:
@@ -90,19 +99,24 @@ def main(argv=None) -> dict:
         for cache, host_cache in CACHES.items():
             for v in variants:
                 name, run_dir = f"{v}/{cache}", f"{v.replace(':', '-').replace(',', '-')}-{cache}"
+                busy0, own0 = _cpu_seconds()
                 r = trainer(run_dir, data, work, args, memory_budget=args.cap, host_cache=host_cache, cap=cap,
                             features=v)
+                busy1, own1 = _cpu_seconds()
+                # CPU that other processes took meanwhile: on 2 cores torch's compute threads slow down
+                # badly beside any other busy process, so this says which epoch times are comparable.
+                r["other_cpu_s"] = (busy1 - busy0) - (own1 - own0)
                 shutil.rmtree(work / run_dir, ignore_errors=True)  # its packs: up to 8 GiB on W1
                 runs.setdefault(name, []).append(r)
-                done = f"epoch {r['epoch_s']:.1f} s, disk read {format_size(r['disk_bytes_read'])}" \
-                    if "error" not in r else f"FAILED: {r['error']}"
+                done = f"epoch {r['epoch_s']:.1f} s, disk read {format_size(r['disk_bytes_read'])}, other " \
+                       f"processes' CPU {r['other_cpu_s']:.0f} s" if "error" not in r else f"FAILED: {r['error']}"
                 print(f"{name} #{rep}: {done}", flush=True)
     summary = {}
     for name, results in runs.items():
         ok = [r for r in results if "error" not in r]
         if ok:
             summary[name] = {"epoch_s": median(r["epoch_s"] for r in ok), "all": [r["epoch_s"] for r in ok],
-                             "last": ok[-1]}
+                             "other_cpu_s": [r["other_cpu_s"] for r in ok], "last": ok[-1]}
     rows = []
     for name, m in summary.items():
         v, cache = name.rsplit("/", 1)
@@ -110,7 +124,7 @@ def main(argv=None) -> dict:
         row = {"features": v, "cache": cache, "row_bytes": r["feature_row_bytes"],
                "compression": ds.row_bytes / r["feature_row_bytes"], "disk_bytes_read": r["disk_bytes_read"],
                "disk_saving": _ratio(base and base["last"]["disk_bytes_read"], r["disk_bytes_read"]),
-               "epoch_s": m["epoch_s"], "epoch_s_all": m["all"],
+               "epoch_s": m["epoch_s"], "epoch_s_all": m["all"], "other_cpu_s_all": m["other_cpu_s"],
                "epoch_vs_fp32": _ratio(m["epoch_s"], base and base["epoch_s"]),
                "hit_rates": {t: s["hit_rate"] for t, s in r["tiers"].items()},
                "host_cache_rows": r["plan"]["tier_rows"].get("host"), "cgroup_peak_bytes": r["cgroup_peak_bytes"],
