@@ -107,7 +107,7 @@ class OnlineLoader:
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
                  labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
                  features: FeatureSource | None = None):
-        self.dataset, self.fanouts, self.seed, self.epoch = dataset, list(fanouts), seed, epoch
+        self.fanouts, self.seed, self.epoch = list(fanouts), seed, epoch
         self.batches = epoch_seeds(seeds, batch_size, seed, epoch)
         self.labels, self.device, self.read_depth = labels, device, read_depth
         self.graph = graph or open_graph(dataset)

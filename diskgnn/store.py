@@ -89,7 +89,6 @@ class FeatureStore:
         stores of several pack files (each epoch's, the eval sets'); loaded here when not given."""
         import torch
 
-        self.dataset = dataset
         self.source = features or dataset.feature_source()
         packs.check_features(self.source)
         self.placement = placement
