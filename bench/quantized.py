@@ -17,7 +17,10 @@ Variants missing from the dataset are added first (python -m diskgnn.quantize,
 minutes on W1; not timed). Ratios are against fp32 in the same run: disk bytes
 per epoch fp32 / variant beside the compression ratio, epoch time variant / fp32
 (with --repeat N, the median of N runs, repeats interleaved so that load from
-other processes falls on every variant alike).
+other processes falls on every variant alike). Each run records the CPU other
+processes took meanwhile; on 2 cores that slows torch's training threads a lot,
+so medians of the quiet runs (others took < 5 s) are reported apart, and
+--idle-wait S waits up to S seconds for an idle machine before each run.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from .common import machine_info, synthetic_workload, write_json
 from .epoch import REPO, trainer
 
 CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache
+QUIET_CPU_S = 5.0  # a run is quiet when other processes took less CPU than this meanwhile
 
 
 def _cpu_seconds() -> tuple[float, float]:
@@ -46,6 +50,17 @@ def _cpu_seconds() -> tuple[float, float]:
     ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
+
+
+def wait_for_idle(timeout_s: float, window_s: float = 10.0, max_cores: float = 0.15) -> float:
+    """Waits, at most timeout_s, for a window in which the machine is nearly idle; returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        busy0, _ = _cpu_seconds()
+        time.sleep(window_s)
+        if (_cpu_seconds()[0] - busy0) / window_s < max_cores:
+            break
+    return time.monotonic() - start
 
 
 def parse_features(text: str) -> list[str]:
@@ -64,6 +79,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--features", help="variants to compare, fp32 first (default: fp32,sq8,sq1,vq:w=16,L=2048)")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=1, help="runs of every variant, interleaved; medians reported")
+    ap.add_argument("--idle-wait", type=float, default=0.0,
+                    help="before each run, wait up to this many seconds for the machine to be idle")
     ap.add_argument("--fanouts", default="10,5")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=256)
@@ -99,13 +116,14 @@ def main(argv=None) -> dict:
         for cache, host_cache in CACHES.items():
             for v in variants:
                 name, run_dir = f"{v}/{cache}", f"{v.replace(':', '-').replace(',', '-')}-{cache}"
+                waited = wait_for_idle(args.idle_wait) if args.idle_wait > 0 else 0.0
                 busy0, own0 = _cpu_seconds()
                 r = trainer(run_dir, data, work, args, memory_budget=args.cap, host_cache=host_cache, cap=cap,
                             features=v)
                 busy1, own1 = _cpu_seconds()
                 # CPU that other processes took meanwhile: on 2 cores torch's compute threads slow down
                 # badly beside any other busy process, so this says which epoch times are comparable.
-                r["other_cpu_s"] = (busy1 - busy0) - (own1 - own0)
+                r["other_cpu_s"], r["idle_wait_s"] = (busy1 - busy0) - (own1 - own0), waited
                 shutil.rmtree(work / run_dir, ignore_errors=True)  # its packs: up to 8 GiB on W1
                 runs.setdefault(name, []).append(r)
                 done = f"epoch {r['epoch_s']:.1f} s, disk read {format_size(r['disk_bytes_read'])}, other " \
@@ -114,8 +132,10 @@ def main(argv=None) -> dict:
     summary = {}
     for name, results in runs.items():
         ok = [r for r in results if "error" not in r]
+        quiet = [r["epoch_s"] for r in ok if r["other_cpu_s"] < QUIET_CPU_S]
         if ok:
             summary[name] = {"epoch_s": median(r["epoch_s"] for r in ok), "all": [r["epoch_s"] for r in ok],
+                             "quiet": median(quiet) if quiet else None,
                              "other_cpu_s": [r["other_cpu_s"] for r in ok], "last": ok[-1]}
     rows = []
     for name, m in summary.items():
@@ -125,16 +145,19 @@ def main(argv=None) -> dict:
                "compression": ds.row_bytes / r["feature_row_bytes"], "disk_bytes_read": r["disk_bytes_read"],
                "disk_saving": _ratio(base and base["last"]["disk_bytes_read"], r["disk_bytes_read"]),
                "epoch_s": m["epoch_s"], "epoch_s_all": m["all"], "other_cpu_s_all": m["other_cpu_s"],
-               "epoch_vs_fp32": _ratio(m["epoch_s"], base and base["epoch_s"]),
+               "epoch_s_quiet": m["quiet"], "epoch_vs_fp32": _ratio(m["epoch_s"], base and base["epoch_s"]),
+               "quiet_epoch_vs_fp32": _ratio(m["quiet"], base and base["quiet"]),
                "hit_rates": {t: s["hit_rate"] for t, s in r["tiers"].items()},
                "host_cache_rows": r["plan"]["tier_rows"].get("host"), "cgroup_peak_bytes": r["cgroup_peak_bytes"],
                "bottleneck": r["bottleneck"]}
         rows.append(row)
         saving = f"{row['disk_saving']:.2f}x less than fp32" if row["disk_saving"] else "n/a vs fp32"
         slower = f"{row['epoch_vs_fp32']:.2f} x fp32" if row["epoch_vs_fp32"] else "n/a vs fp32"
+        quiet = f"{m['quiet']:.1f} s" if m["quiet"] else "none"
+        quiet_ratio = f" ({row['quiet_epoch_vs_fp32']:.2f} x fp32)" if row["quiet_epoch_vs_fp32"] else ""
         print(f"{name}: {row['row_bytes']} B rows ({row['compression']:.1f}x), disk read "
               f"{format_size(int(row['disk_bytes_read']))} ({saving}), epoch {m['epoch_s']:.1f} s median of "
-              f"{len(row['epoch_s_all'])} ({slower}), hit rates "
+              f"{len(row['epoch_s_all'])} ({slower}), quiet runs {quiet}{quiet_ratio}, hit rates "
               + " ".join(f"{t} {h:.1%}" for t, h in row["hit_rates"].items()))
     result = {"benchmark": "quantized", "machine": info, "dataset": str(data), "nodes": ds.num_nodes,
               "feature_bytes": ds.num_nodes * ds.row_bytes, "batches": args.batches, "fanouts": args.fanouts,
