@@ -53,12 +53,18 @@ class Placement:
 
 
 def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) -> Placement:
-    """Fills tiers (name, byte budget), hottest first, with rows that are accessed at all."""
+    """Fills tiers (name, byte budget), hottest first, then with rows the counted epochs did not access.
+
+    Counts come from the sampled epochs known so far; later epochs (fresh
+    samples) also read rows those did not, so room left after the accessed rows
+    holds the rest (by node id) instead of staying empty and sending them to the
+    packs.
+    """
     counts = np.asarray(counts)
     total = int(counts.sum())
     accessed = np.flatnonzero(counts)
     # Hottest first; ties broken by node id so the placement is deterministic.
-    order = accessed[np.lexsort((accessed, -counts[accessed]))]
+    order = np.concatenate([accessed[np.lexsort((accessed, -counts[accessed]))], np.flatnonzero(counts == 0)])
     start = 0
     names, ids, rates = [], [], []
     for name, budget in budgets:

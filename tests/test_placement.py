@@ -14,9 +14,12 @@ def test_hottest_rows_fill_tiers_in_order():
     assert slot[tier >= 0].tolist() == [1, 1, 0, 0]
 
 
-def test_budget_larger_than_accessed_rows():
-    counts = np.array([0, 1, 0, 2])
+def test_room_left_after_the_accessed_rows_holds_the_others():
+    counts = np.array([0, 1, 0, 2, 0])
     p = place(counts, row_bytes=4097, budgets=[("host", 10**9)])
-    assert p.tier_ids[0].tolist() == [1, 3] and p.expected_hit_rates == [1.0]
+    assert p.tier_ids[0].tolist() == [0, 1, 2, 3, 4] and p.expected_hit_rates == [1.0]
+    p = place(counts, row_bytes=4097, budgets=[("host", 3 * 4097), ("next", 4097)])
+    assert [ids.tolist() for ids in p.tier_ids] == [[0, 1, 3], [2]]  # accessed first, then by id
+    assert p.expected_hit_rates == [1.0, 0.0]
     tier, _ = p.locate(np.array([], dtype=np.int64))
     assert tier.size == 0
