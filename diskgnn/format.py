@@ -197,6 +197,21 @@ def write_manifest(path, manifest: dict) -> None:
     _fsync_dir(path)
 
 
+def replace_directory(tmp: Path, out: Path) -> None:
+    """Puts the finished directory `tmp` at `out`, replacing what is there with renames only.
+
+    A reader sees the old directory or the new one, never a mix; the old one
+    is deleted after the swap.
+    """
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.rename(out, old)
+        os.rename(tmp, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, out)
+
+
 class DatasetBuilder:
     """Builds a dataset directory in a temporary sibling, then renames it into place.
 
@@ -256,13 +271,7 @@ class DatasetBuilder:
         }
         manifest["manifest_checksum"] = manifest_checksum(manifest)
         _write_manifest_file(self.tmp / MANIFEST, manifest)
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
-            os.rename(self.out, old)
-            os.rename(self.tmp, self.out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(self.tmp, self.out)
+        replace_directory(self.tmp, self.out)
         _fsync_dir(self.out.parent)
         return self.out
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from diskgnn.errors import DiskgnnError
+from diskgnn.format import replace_directory
 from diskgnn.units import format_size, parse_size
 
 # Written beside each export: which dataset it came from and the run options chosen, for runners
@@ -67,13 +68,7 @@ class Staging:
         # Every file and directory reaches the disk before the rename makes the export visible.
         for p in sorted([*self.tmp.rglob("*"), self.tmp], reverse=True):
             _fsync(p)
-        if self.out.exists():
-            old = self.out.parent / f".{self.out.name}.old-{os.getpid()}"
-            os.rename(self.out, old)
-            os.rename(self.tmp, self.out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(self.tmp, self.out)
+        replace_directory(self.tmp, self.out)
         _fsync(self.out.parent)
         return False
 
