@@ -3,7 +3,7 @@
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader", "offline", "accuracy"]
+BENCHMARKS = ["prepare", "reader", "offline", "epoch", "quantized", "accuracy"]
 
 
 def main(argv=None) -> None:
