@@ -15,7 +15,7 @@ LIB_SRC := $(filter-out native/bindings.cc,$(wildcard native/*.cc))
 # Keep compiled objects between runs (they are pattern-rule intermediates).
 .SECONDARY:
 
-.PHONY: setup run test test-python test-native asan bench bench-smoke clean distclean native-deps
+.PHONY: setup run test test-python test-native asan bench bench-deps bench-smoke clean distclean native-deps
 
 setup: $(EXT)
 
@@ -101,8 +101,20 @@ test-native: $(URING) $(TEST_BIN)
 asan: $(URING)
 	@$(MAKE) --no-print-directory test-native FLAVOUR=asan
 
-bench: setup
-	$(VPY) -m bench all
+# The report (docs/benchmarks.md's generated section and docs/bench/*.png):
+# device limits, the epoch grid against PyG and a naive loop at 1, 2 and 4 GiB
+# caps, scaling; about 45 minutes on 2 cores. bench-deps installs fio and PyG
+# (its sampler's torch-sparse and torch-scatter are built from source once,
+# 15-30 minutes, and cached); where that fails, the report says why.
+bench: setup bench-deps
+	$(VPY) -m bench.suite
+
+bench-deps: setup
+	@command -v fio >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  echo "bench: installing fio for the device limits" && \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio) >build/apt-fio.log 2>&1; } \
+	  || echo "bench: fio is not installed (see build/apt-fio.log): the report says so"
+	@$(VPY) -m bench.peers.pyg --install || echo "bench: PyG could not be installed: its rows will say why"
 
 bench-smoke: setup
 	$(VPY) -m pytest -q tests/test_bench_smoke.py

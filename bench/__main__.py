@@ -1,9 +1,11 @@
-"""`python -m bench [NAME ...]`: runs benchmarks by name (default: all), each writing JSON to bench/results/."""
+"""`python -m bench [NAME ...]`: runs benchmarks by name (default: all), each writing JSON to bench/results/.
+
+`make bench` runs `python -m bench.suite` instead: the report, in one session."""
 
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader", "offline", "epoch", "quantized", "accuracy"]
+BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "accuracy"]
 
 
 def main(argv=None) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import time
@@ -128,3 +129,43 @@ def wait_for_idle_disk(device: str | None, timeout_s: float = 10.0) -> None:
         except (OSError, ValueError):
             return
         time.sleep(0.01)
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU time the whole machine has been busy, and that this process's finished children used."""
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
+
+
+def wait_for_idle(timeout_s: float, window_s: float = 10.0, max_cores: float = 0.15) -> float:
+    """Waits, at most timeout_s, for a window in which the machine is nearly idle; returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout_s:
+        busy0, _ = cpu_seconds()
+        time.sleep(window_s)
+        if (cpu_seconds()[0] - busy0) / window_s < max_cores:
+            break
+    return time.monotonic() - start
+
+
+def disk_read_limits(path: Path, seconds: float = 10.0) -> dict:
+    """The disk's read limits on an existing file: fio, O_DIRECT, random 4 KiB at QD64 and sequential 1 MiB
+    at QD16, each for `seconds`; a row saying why where fio is missing or fails."""
+    if shutil.which("fio") is None:
+        return {"error": "fio is not installed (make bench-deps installs Debian's fio)"}
+    size = Path(path).stat().st_size
+    out = {"file": str(path), "file_bytes": size, "seconds": seconds}
+    for name, rw, block, depth in (("random_4k", "randread", "4k", 64), ("sequential_1m", "read", "1M", 16)):
+        drop_caches()
+        args = [f"--name={name}", f"--filename={path}", "--readonly", f"--rw={rw}", f"--bs={block}",
+                "--direct=1", "--ioengine=io_uring", f"--iodepth={depth}", f"--size={size}", "--time_based",
+                f"--runtime={seconds:g}", "--norandommap", "--randrepeat=0"]
+        try:
+            job = fio(args)
+        except subprocess.CalledProcessError as e:
+            out[name] = {"error": (e.stderr or e.stdout or "").strip()[-300:]}
+            continue
+        out[name] = {"iops": job["read"]["iops"], "MBps": job["read"]["bw_bytes"] / 1e6, "block": block,
+                     "iodepth": depth}
+    return out

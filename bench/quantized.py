@@ -26,10 +26,7 @@ so medians of the quiet runs (others took < 5 s) are reported apart, and
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import resource
-import shutil
 import time
 from pathlib import Path
 from statistics import median
@@ -38,29 +35,11 @@ from diskgnn.format import RAW_FEATURES, open_dataset
 from diskgnn.quantize import canonical_spec, quantize_dataset
 from diskgnn.units import format_size, parse_size
 
-from .common import machine_info, synthetic_workload, write_json
-from .epoch import REPO, trainer
+from .common import cpu_seconds, machine_info, synthetic_workload, wait_for_idle, write_json
+from .epoch import REPO, add_training_args, apply_smoke, trainer
 
 CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache
 QUIET_CPU_S = 5.0  # a run is quiet when other processes took less CPU than this meanwhile
-
-
-def _cpu_seconds() -> tuple[float, float]:
-    """CPU time the whole machine has been busy, and that this process's finished children used."""
-    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), children.ru_utime + children.ru_stime
-
-
-def wait_for_idle(timeout_s: float, window_s: float = 10.0, max_cores: float = 0.15) -> float:
-    """Waits, at most timeout_s, for a window in which the machine is nearly idle; returns the seconds waited."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        busy0, _ = _cpu_seconds()
-        time.sleep(window_s)
-        if (_cpu_seconds()[0] - busy0) / window_s < max_cores:
-            break
-    return time.monotonic() - start
 
 
 def parse_features(text: str) -> list[str]:
@@ -77,21 +56,16 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.quantized", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", help="dataset directory (default: W1 under --workdir, prepared if missing)")
     ap.add_argument("--features", help="variants to compare, fp32 first (default: fp32,sq8,sq1,vq:w=16,L=2048)")
-    ap.add_argument("--batches", type=int, default=200)
+    add_training_args(ap)
     ap.add_argument("--repeat", type=int, default=1, help="runs of every variant, interleaved; medians reported")
     ap.add_argument("--idle-wait", type=float, default=0.0,
                     help="before each run, wait up to this many seconds for the machine to be idle")
-    ap.add_argument("--fanouts", default="10,5")
-    ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--cap", default="2GiB", help="cgroup memory cap, page cache included")
     ap.add_argument("--no-cap", action="store_true", help="run uncapped (no cgroup here)")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "quantized-work"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "quantized.json"))
-    ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
-    if args.smoke:
-        args.batches, args.batch_size, args.hidden = min(args.batches, 3), 256, 32
+    apply_smoke(args)
     variants = parse_features(args.features or ("fp32,sq8,sq1,vq:w=16,L=" + ("256" if args.smoke else "2048")))
     if variants[0] != RAW_FEATURES:
         variants.insert(0, RAW_FEATURES)  # the baseline every ratio is taken against
@@ -117,14 +91,13 @@ def main(argv=None) -> dict:
             for v in variants:
                 name, run_dir = f"{v}/{cache}", f"{v.replace(':', '-').replace(',', '-')}-{cache}"
                 waited = wait_for_idle(args.idle_wait) if args.idle_wait > 0 else 0.0
-                busy0, own0 = _cpu_seconds()
+                busy0, own0 = cpu_seconds()
                 r = trainer(run_dir, data, work, args, memory_budget=args.cap, host_cache=host_cache, cap=cap,
                             features=v)
-                busy1, own1 = _cpu_seconds()
+                busy1, own1 = cpu_seconds()
                 # CPU that other processes took meanwhile: on 2 cores torch's compute threads slow down
                 # badly beside any other busy process, so this says which epoch times are comparable.
                 r["other_cpu_s"], r["idle_wait_s"] = (busy1 - busy0) - (own1 - own0), waited
-                shutil.rmtree(work / run_dir, ignore_errors=True)  # its packs: up to 8 GiB on W1
                 runs.setdefault(name, []).append(r)
                 done = f"epoch {r['epoch_s']:.1f} s, disk read {format_size(r['disk_bytes_read'])}, other " \
                        f"processes' CPU {r['other_cpu_s']:.0f} s" if "error" not in r else f"FAILED: {r['error']}"
