@@ -175,12 +175,13 @@ def _write_manifest_file(path: Path, manifest: dict) -> None:
     _guard_io(path, write)
 
 
-def _fsync_dir(path: Path) -> None:
-    dfd = os.open(path, os.O_RDONLY)
+def _fsync_path(path: Path) -> None:
+    """fsync of a file or a directory (a directory's entries reach the disk with its own fsync)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dfd)
+        os.fsync(fd)
     finally:
-        os.close(dfd)
+        os.close(fd)
 
 
 def write_manifest(path, manifest: dict) -> None:
@@ -194,7 +195,7 @@ def write_manifest(path, manifest: dict) -> None:
         os.rename(tmp, path / MANIFEST)
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path)
+    _fsync_path(path)
 
 
 def replace_directory(tmp: Path, out: Path) -> None:
@@ -212,22 +213,21 @@ def replace_directory(tmp: Path, out: Path) -> None:
         os.rename(tmp, out)
 
 
-class DatasetBuilder:
-    """Builds a dataset directory in a temporary sibling, then renames it into place.
+class StagedDirectory:
+    """An output directory built in a temporary sibling (.NAME.tmp-PID) and renamed into place by commit().
 
-    Use as a context manager: on any exception the temporary directory is
-    removed, so nothing half-written is left behind.
+    Use as a context manager: leaving it by an exception, or without commit(),
+    removes the temporary directory, so `out` is never half-written.
     """
 
-    def __init__(self, out_dir, overwrite: bool = False):
-        self.out = Path(out_dir).absolute()
+    def __init__(self, out, overwrite: bool = False):
+        self.out = Path(out).absolute()
         if self.out.exists() and not overwrite:
             raise DiskgnnError(f"{self.out}: already exists (pass --overwrite to replace it)")
         if not self.out.parent.is_dir():
-            raise DiskgnnError(f"{self.out.parent}: output's parent directory does not exist")
-        self.overwrite = overwrite
+            raise DiskgnnError(f"{self.out.parent}: the output's parent directory does not exist")
         self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
-        self.files: dict[str, dict] = {}
+        self.committed = False
 
     def __enter__(self):
         shutil.rmtree(self.tmp, ignore_errors=True)
@@ -235,9 +235,32 @@ class DatasetBuilder:
         return self
 
     def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
+        if not self.committed:
             shutil.rmtree(self.tmp, ignore_errors=True)
         return False
+
+    def path(self, rel: str) -> Path:
+        """Where the file `rel` is written now (its parent directories made)."""
+        p = self.tmp / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def commit(self) -> Path:
+        """Every file and directory reaches the disk, then the rename makes the whole directory visible."""
+        for p in sorted([*self.tmp.rglob("*"), self.tmp], reverse=True):
+            _fsync_path(p)
+        replace_directory(self.tmp, self.out)
+        _fsync_path(self.out.parent)
+        self.committed = True
+        return self.out
+
+
+class DatasetBuilder(StagedDirectory):
+    """Builds a dataset directory: its array files, then finish() writes the manifest and commits."""
+
+    def __init__(self, out_dir, overwrite: bool = False):
+        super().__init__(out_dir, overwrite)
+        self.files: dict[str, dict] = {}
 
     def scratch_dir(self, name: str) -> Path:
         """A directory for temporary files on the same file system as the output."""
@@ -271,9 +294,7 @@ class DatasetBuilder:
         }
         manifest["manifest_checksum"] = manifest_checksum(manifest)
         _write_manifest_file(self.tmp / MANIFEST, manifest)
-        replace_directory(self.tmp, self.out)
-        _fsync_dir(self.out.parent)
-        return self.out
+        return self.commit()
 
 
 RAW_FEATURES = "fp32"  # the name (--features) of features.bin as stored, whatever its dtype

@@ -93,3 +93,25 @@ def test_overwrite_replaces_atomically(tmp_path):
     prepare(src, out, overwrite=True, undirected=True, progress=False)
     assert open_dataset(out).manifest["producer"]["options"]["undirected"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "src"]
+
+
+def test_staged_directory_appears_only_on_commit(tmp_path):
+    from diskgnn.format import StagedDirectory
+
+    out = tmp_path / "out"
+    with StagedDirectory(out) as st:
+        st.path("a/b.txt").write_text("x")
+    assert not out.exists() and list(tmp_path.iterdir()) == []  # no commit: nothing left at all
+    with pytest.raises(RuntimeError):
+        with StagedDirectory(out) as st:
+            st.path("b.txt").write_text("x")
+            raise RuntimeError("half-way")
+    assert list(tmp_path.iterdir()) == []
+    (out / "old").mkdir(parents=True)
+    with pytest.raises(DiskgnnError, match="already exists"):
+        StagedDirectory(out)
+    with StagedDirectory(out, overwrite=True) as st:
+        st.path("new/c.txt").write_text("y")
+        st.commit()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert (out / "new" / "c.txt").read_text() == "y" and not (out / "old").exists()

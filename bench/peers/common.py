@@ -7,13 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
 
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import replace_directory
 from diskgnn.units import format_size, parse_size
 
 # Written beside each export: which dataset it came from and the run options chosen, for runners
@@ -29,56 +27,6 @@ def budget_bytes(memory_budget) -> int:
     if budget < MIN_BUDGET:
         raise DiskgnnError(f"--memory-budget {format_size(budget)} is too small: at least {MIN_BUDGET} bytes")
     return budget
-
-
-class Staging:
-    """An output directory built in a temporary sibling (.NAME.tmp-PID) and renamed into place.
-
-    Used as a context manager: on a clean exit the files are fsynced and the
-    directory replaces `out` (an old one is moved aside first, then removed); on
-    any exception the temporary directory is removed, so `out` is never half-written.
-    """
-
-    def __init__(self, out, overwrite: bool = False):
-        self.out = Path(out).absolute()
-        if self.out.exists() and not overwrite:
-            raise DiskgnnError(f"{self.out}: already exists (pass --overwrite to replace it)")
-        if not self.out.parent.is_dir():
-            raise DiskgnnError(f"{self.out.parent}: the output's parent directory does not exist")
-        self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
-
-    def __enter__(self):
-        shutil.rmtree(self.tmp, ignore_errors=True)
-        try:
-            self.tmp.mkdir()
-        except OSError as e:
-            raise DiskgnnError(f"{self.tmp}: cannot create ({e.strerror})") from None
-        return self
-
-    def path(self, rel: str) -> Path:
-        """Where the file `rel` of the export is written now (its parent directory made)."""
-        p = self.tmp / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        return p
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-            return False
-        # Every file and directory reaches the disk before the rename makes the export visible.
-        for p in sorted([*self.tmp.rglob("*"), self.tmp], reverse=True):
-            _fsync(p)
-        replace_directory(self.tmp, self.out)
-        _fsync(self.out.parent)
-        return False
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _io_error(path: Path, e: OSError) -> DiskgnnError:

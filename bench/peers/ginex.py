@@ -29,10 +29,10 @@ from pathlib import Path
 import numpy as np
 
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import open_dataset
+from diskgnn.format import StagedDirectory, open_dataset
 from diskgnn.units import parse_size
 
-from .common import (EXPORT_INFO, Staging, budget_bytes, capped_row, csc_edges, not_run, read_export_info,
+from .common import (EXPORT_INFO, budget_bytes, capped_row, csc_edges, not_run, read_export_info,
                      row_chunks, write_array, write_export_info, write_text)
 
 NAME = "diskgnn"  # run_ginex.py --dataset NAME reads ./dataset/NAME-ginex
@@ -61,7 +61,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
                            f"(lib/cpp_extension/gather.cpp): at most {MAX_ROW_BYTES // 4} features")
     n, e = ds.num_nodes, ds.num_edges
     final = Path(out).absolute()
-    with Staging(final, overwrite) as st:
+    with StagedDirectory(final, overwrite) as st:
         write_array(st.path("indptr.dat"), row_chunks(ds.indptr, budget, 8), "<i8")
         write_array(st.path("indices.dat"), row_chunks(ds.indices, budget, 8), "<i8")
         write_array(st.path("features.dat"), row_chunks(ds.features, budget, 4), "<f4")
@@ -99,6 +99,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
                    # without swap a quarter of the cap each leaves room for the sampler and the model.
                    "neigh_cache_bytes": cap_bytes // 4, "feature_cache_bytes": cap_bytes // 4}
         write_export_info(st.path(EXPORT_INFO), ds, "ginex", options)
+        st.commit()
     return {"peer": "ginex", "out": str(final), **options}
 
 

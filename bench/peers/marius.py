@@ -34,10 +34,10 @@ import numpy as np
 import yaml
 
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import open_dataset
+from diskgnn.format import StagedDirectory, open_dataset
 from diskgnn.units import format_size, parse_size
 
-from .common import (EXPORT_INFO, Staging, budget_bytes, capped_row, csc_edges, not_run, pwrite_all,
+from .common import (EXPORT_INFO, budget_bytes, capped_row, csc_edges, not_run, pwrite_all,
                      read_export_info, row_chunks, write_array, write_export_info, write_text)
 
 CONFIG = "marius_train.yaml"
@@ -180,7 +180,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
     if len(splits["train"]) == 0:
         raise DiskgnnError(f"{ds.file_path('train_idx')}: no training nodes; MariusGNN would have nothing to train")
     final = Path(out).absolute()
-    with Staging(final, overwrite) as st:
+    with StagedDirectory(final, overwrite) as st:
         write_array(st.path("nodes/features.bin"), row_chunks(ds.features, budget, 4), "<f4")
         write_array(st.path("nodes/labels.bin"), row_chunks(ds.labels, budget, 4), "<i4")
         for name, rel in SPLIT_FILES.items():
@@ -201,6 +201,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
         options = {"cap_bytes": cap_bytes, "fanouts": fanouts, "batch_size": batch_size, "epochs": epochs,
                    "hidden": hidden, "lr": lr, "device": device, "buffer_plan": plan}
         write_export_info(st.path(EXPORT_INFO), ds, "marius", options)
+        st.commit()
     return {"peer": "marius", "out": str(final), "config": str(final / CONFIG), **options}
 
 
