@@ -169,3 +169,38 @@ def disk_read_limits(path: Path, seconds: float = 10.0) -> dict:
         out[name] = {"iops": job["read"]["iops"], "MBps": job["read"]["bw_bytes"] / 1e6, "block": block,
                      "iodepth": depth}
     return out
+
+
+def parse_nvidia_smi(text: str) -> dict:
+    """Mean and peak of `nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits`
+    lines (first GPU of each sample; lines that are not two numbers are skipped)."""
+    util, mem = [], []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and all(p.replace(".", "", 1).isdigit() for p in parts):
+            util.append(float(parts[0]))
+            mem.append(float(parts[1]))
+    if not util:
+        return {"error": "nvidia-smi gave no samples"}
+    return {"samples": len(util), "mean_percent": sum(util) / len(util), "max_percent": max(util),
+            "max_memory_mib": max(mem)}
+
+
+class GpuUtilisation:
+    """Samples GPU utilisation with nvidia-smi every 200 ms while the block runs; `.result` afterwards."""
+
+    def __enter__(self):
+        self.result = {"error": "nvidia-smi is not on PATH"}
+        self.proc = None
+        if shutil.which("nvidia-smi"):
+            self.proc = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu,memory.used",
+                                          "--format=csv,noheader,nounits", "-lms", "200"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            self.proc.terminate()
+            out, _ = self.proc.communicate()
+            self.result = parse_nvidia_smi(out)
+        return False

@@ -36,15 +36,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 from diskgnn.format import open_dataset
 from diskgnn.units import format_size, parse_size
 
-from .common import drop_caches, machine_info, synthetic_workload, write_json
+from .common import GpuUtilisation, drop_caches, machine_info, synthetic_workload, write_json
 from .memcap import CapUnavailable, run_capped
 
 REPO = Path(__file__).resolve().parents[1]
 CAPPED = ("diskgnn", "pyg_memmap_default", "pyg_memmap_random", "naive_default", "naive_random")
 UNCAPPED = ("diskgnn_all_cached", "pyg_memory")
+# With CUDA, diskgnn also trains on the GPU (the rows above stay on the CPU, like the PyG and naive loops).
+GPU_CAPPED, GPU_UNCAPPED = ("diskgnn_cuda",), ("diskgnn_cuda_all_cached",)
 
 
 def add_training_args(ap: argparse.ArgumentParser, batches: int | None = 200) -> None:
@@ -91,19 +95,25 @@ def _failed(name: str, run: dict) -> str:
 
 
 def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host_cache: str,
-            cap: int | None, features: str = "fp32") -> dict:
+            cap: int | None, features: str = "fp32", device: str = "auto") -> dict:
     """One diskgnn.train run (on `features`: fp32 or a stored quantized variant; args.batches None: a
-    whole epoch); its summary's timings, tiers and memory."""
+    whole epoch; on `device`, with its GPU utilisation sampled on cuda); its summary's timings, tiers
+    and memory."""
     summary_path = work / f"{name}.summary.json"
     summary_path.unlink(missing_ok=True)
     argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--model", "sage",
             "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
             "--epochs", "1", "--eval", "none", "--seed", "0",
             "--memory-budget", memory_budget, "--host-cache", host_cache, "--workdir", str(work / name),
-            "--features", features, "--summary-json", str(summary_path), "--no-progress"]
+            "--features", features, "--device", device, "--summary-json", str(summary_path), "--no-progress"]
     if args.batches:
         argv += ["--max-batches", str(args.batches)]
-    run = _capped(argv, cap, None)
+    gpu = None
+    if device == "cuda":
+        with GpuUtilisation() as gpu:
+            run = _capped(argv, cap, None)
+    else:
+        run = _capped(argv, cap, None)
     if run["returncode"] != 0 or not summary_path.exists():
         shutil.rmtree(work / name, ignore_errors=True)
         return {"error": _failed(name, run), **{k: run.get(k) for k in ("cap_bytes", "oom_killed")}}
@@ -119,7 +129,8 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "features": s["features"], "feature_row_bytes": s["feature_row_bytes"],
             "memory_budget": memory_budget, "host_cache": host_cache, "cold_cache": run["cold_cache"],
             "cap_bytes": run["cap_bytes"], "cgroup_peak_bytes": run.get("cgroup_peak_bytes"),
-            "oom_killed": run.get("oom_killed", False)}
+            "oom_killed": run.get("oom_killed", False), "device": s["device"],
+            **({"gpu_utilisation": gpu.result} if gpu else {})}
 
 
 def loop(name: str, module: str, options: list[str], data: Path, work: Path, args, cap: int | None,
@@ -170,6 +181,8 @@ def ratios(uncapped: dict, capped: dict) -> dict:
            "diskgnn_over_pyg_memory": _ratio(d, uncapped["pyg_memory"])}
     for name in CAPPED[1:]:
         out[f"{name}_over_diskgnn"] = _ratio(capped[name], d)
+    if "diskgnn_cuda" in capped:
+        out["diskgnn_cuda_over_diskgnn"] = _ratio(capped["diskgnn_cuda"], d)
     return out
 
 
@@ -177,6 +190,8 @@ def describe(name: str, r: dict) -> str:
     if "error" in r:
         return f"{name}: FAILED: {r['error']}"
     extra = f" (extrapolated from {r['batches_done']} batches)" if r.get("extrapolated") else ""
+    gpu = r.get("gpu_utilisation", {})
+    extra += f", GPU busy {gpu['mean_percent']:.0f} % on average" if "mean_percent" in gpu else ""
     return (f"{name}: {r['per_batch_s'] * 1e3:.1f} ms/batch, epoch {r['epoch_s']:.1f} s{extra}, disk read "
             f"{format_size(int(r['disk_bytes_read']))}"
             + (f", cgroup peak {format_size(r['cgroup_peak_bytes'])}" if r.get("cgroup_peak_bytes") else ""))
@@ -210,8 +225,16 @@ def main(argv=None) -> dict:
     # All rows in the host cache; the budget leaves the working set room beside them.
     uncapped = {"diskgnn_all_cached": trainer("diskgnn_all_cached", data, work, args,
                                               memory_budget=format_size(feature_bytes + (6 << 30)),
-                                              host_cache=format_size(feature_bytes + (1 << 20)), cap=None)}
+                                              host_cache=format_size(feature_bytes + (1 << 20)), cap=None,
+                                              device="cpu")}
     print(describe("diskgnn_all_cached", uncapped["diskgnn_all_cached"]), flush=True)
+    cuda = torch.cuda.is_available()
+    if cuda:
+        uncapped["diskgnn_cuda_all_cached"] = trainer("diskgnn_cuda_all_cached", data, work, args,
+                                                      memory_budget=format_size(feature_bytes + (6 << 30)),
+                                                      host_cache=format_size(feature_bytes + (1 << 20)), cap=None,
+                                                      device="cuda")
+        print(describe("diskgnn_cuda_all_cached", uncapped["diskgnn_cuda_all_cached"]), flush=True)
     # Warm: the loop loads every file into RAM before it times anything; 4x the timeout covers that load.
     uncapped["pyg_memory"] = pyg("pyg_memory", "memory", "default", data, work, args, None, cold=False,
                                  timeout=4 * args.loop_timeout)
@@ -221,13 +244,16 @@ def main(argv=None) -> dict:
         cap = None if cap_text == "none" else parse_size(cap_text)
         budget = cap_text if cap else "2GiB"
         runs = {"diskgnn": trainer(f"diskgnn-{cap_text}", data, work, args, memory_budget=budget,
-                                   host_cache="auto", cap=cap)}
+                                   host_cache="auto", cap=cap, device="cpu")}
+        if cuda:
+            runs["diskgnn_cuda"] = trainer(f"diskgnn_cuda-{cap_text}", data, work, args, memory_budget=budget,
+                                           host_cache="auto", cap=cap, device="cuda")
         for madvise in ("default", "random"):
             runs[f"pyg_memmap_{madvise}"] = pyg(f"pyg_memmap_{madvise}-{cap_text}", "memmap", madvise, data, work,
                                                 args, cap, timeout=args.loop_timeout)
             runs[f"naive_{madvise}"] = loop(f"naive_{madvise}-{cap_text}", "bench.naive", ["--madvise", madvise],
                                             data, work, args, cap, timeout=args.loop_timeout)
-        for name in CAPPED:
+        for name in runs:
             print(f"cap {cap_text}: " + describe(name, runs[name]), flush=True)
         per_cap[cap_text] = {"runs": runs, "ratios": ratios(uncapped, runs)}
         print(f"cap {cap_text}: ratios " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a"
@@ -235,7 +261,7 @@ def main(argv=None) -> dict:
     result = {"benchmark": "epoch", "machine": info, "dataset": str(data), "nodes": ds.num_nodes,
               "edges": ds.num_edges, "feature_bytes": feature_bytes, "batches": args.batches,
               "fanouts": args.fanouts, "batch_size": args.batch_size, "hidden": args.hidden,
-              "loop_timeout_s": args.loop_timeout, "backend": per_cap[caps[0]]["runs"]["diskgnn"].get("backend"),
+              "loop_timeout_s": args.loop_timeout, "cuda": cuda, "backend": per_cap[caps[0]]["runs"]["diskgnn"].get("backend"),
               "uncapped": uncapped, "caps": per_cap}
     write_json(args.out, result)
     return result

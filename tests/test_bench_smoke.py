@@ -76,6 +76,23 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     again = md.read_text()
     assert again.startswith("# notes before") and again.rstrip().endswith("## notes after")
     assert again.count(report.BEGIN) == 1
+    # On a CUDA machine the grid adds diskgnn's GPU rows; the report shows them with the utilisation.
+    gpu = {"mean_percent": 42.0, "max_percent": 97.0, "samples": 5, "max_memory_mib": 900.0}
+    epoch["cuda"] = True
+    epoch["uncapped"]["diskgnn_cuda_all_cached"] = {**epoch["uncapped"]["diskgnn_all_cached"], "gpu_utilisation": gpu}
+    epoch["caps"]["1GiB"]["runs"]["diskgnn_cuda"] = {**epoch["caps"]["1GiB"]["runs"]["diskgnn"], "gpu_utilisation": gpu}
+    (out / "epoch.json").write_text(json.dumps(epoch))
+    report.render(out / "suite.json", md, out / "bench")
+    with_gpu = md.read_text()
+    assert report.LABELS["diskgnn_cuda"] in with_gpu and "GPU busy 42 % (peak 97)" in with_gpu
+
+
+def test_nvidia_smi_samples_are_parsed():
+    from bench.common import parse_nvidia_smi
+
+    r = parse_nvidia_smi("35, 1200\n85, 1300\n[N/A], [N/A]\n")
+    assert r == {"samples": 2, "mean_percent": 60.0, "max_percent": 85.0, "max_memory_mib": 1300.0}
+    assert "error" in parse_nvidia_smi("")
 
 
 def test_linear_fit_measures_deviation_from_a_line_through_the_origin():
