@@ -331,7 +331,10 @@ fio on W1's feature file, O_DIRECT, io_uring, {limits.get('seconds', '?')} s eac
 
 {stage_table(epoch)}
 
-### Scaling: W1 at {", ".join(f"{s:g}" for s in scaling['scales'])} x its nodes, one whole epoch, cap {scaling['cap']}
+### Scaling: W1 at {", ".join(f"{s:g}" for s in scaling['scales'])} x its nodes, one whole epoch
+
+`--memory-budget {scaling['memory_budget']}` under a cgroup cap of {scaling['cap']} (room for the page cache of the
+code and of the memory-mapped topology and samples, which grow with the graph); page cache dropped first.
 
 ![scaling]({rel}/scaling.png)
 
