@@ -167,6 +167,8 @@ def pyg(name: str, mode: str, madvise: str, data: Path, work: Path, args, cap: i
     ok, why = peer.available()
     if not ok:
         return {"error": f"PyG not installed: {why}", "not_installed": True}
+    if mode == "memmap":
+        peer.int64_indices(open_dataset(data))  # made once, outside every capped and timed run
     return loop(name, "bench.peers.pyg", ["--mode", mode, "--madvise", madvise], data, work, args, cap, **kw)
 
 
@@ -235,9 +237,9 @@ def main(argv=None) -> dict:
                                                       host_cache=format_size(feature_bytes + (1 << 20)), cap=None,
                                                       device="cuda")
         print(describe("diskgnn_cuda_all_cached", uncapped["diskgnn_cuda_all_cached"]), flush=True)
-    # Warm: the loop loads every file into RAM before it times anything; 4x the timeout covers that load.
+    # Warm: the loop loads every file into RAM before it times anything; twice the timeout leaves that room.
     uncapped["pyg_memory"] = pyg("pyg_memory", "memory", "default", data, work, args, None, cold=False,
-                                 timeout=4 * args.loop_timeout)
+                                 timeout=2 * args.loop_timeout)
     print(describe("pyg_memory", uncapped["pyg_memory"]), flush=True)
     per_cap = {}
     for cap_text in caps:
