@@ -51,13 +51,23 @@ UNCAPPED = ("diskgnn_all_cached", "pyg_memory")
 GPU_CAPPED, GPU_UNCAPPED = ("diskgnn_cuda",), ("diskgnn_cuda_all_cached",)
 
 
-def add_training_args(ap: argparse.ArgumentParser, batches: int | None = 200) -> None:
-    """The workload options every training benchmark shares (W1's defaults)."""
+def add_training_args(ap: argparse.ArgumentParser, batches: int | None = 200, smoke: bool = True) -> None:
+    """The workload options every training benchmark and loop shares (W1's defaults)."""
     ap.add_argument("--batches", type=int, default=batches)
     ap.add_argument("--fanouts", default="10,5")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+    if smoke:
+        ap.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
+
+
+def add_loop_args(ap: argparse.ArgumentParser) -> None:
+    """The options of a training loop run by loop() (bench.naive, bench.peers.pyg)."""
+    add_training_args(ap, smoke=False)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--dropout", type=float, default=0.5)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--progress", help="JSON lines file: one line per finished batch")
 
 
 def apply_smoke(args) -> None:

@@ -31,6 +31,8 @@ from diskgnn.format import open_dataset
 from diskgnn.models import GNN, sampled_blocks
 from diskgnn.sample import batch_key, epoch_seeds, open_graph, sample_batch
 
+from .epoch import add_loop_args
+
 
 def disk_read_bytes() -> int:
     """Bytes this process made the kernel read from storage (page faults and readahead included)."""
@@ -41,15 +43,8 @@ def disk_read_bytes() -> int:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.naive", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
-    ap.add_argument("--batches", type=int, default=200)
-    ap.add_argument("--fanouts", default="10,5")
-    ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=0.003)
-    ap.add_argument("--dropout", type=float, default=0.5)
-    ap.add_argument("--seed", type=int, default=0)
+    add_loop_args(ap)
     ap.add_argument("--madvise", choices=("default", "random"), default="default")
-    ap.add_argument("--progress", help="JSON lines file: one line per finished batch")
     args = ap.parse_args(argv)
     fanouts = [int(f) for f in args.fanouts.split(",")]
 

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from bench.epoch import add_loop_args
 from bench.naive import disk_read_bytes
 from diskgnn.errors import DiskgnnError
 from diskgnn.format import open_dataset
@@ -313,14 +314,7 @@ def main(argv=None) -> dict | None:
     ap.add_argument("--data")
     ap.add_argument("--mode", choices=("memory", "memmap"), default="memmap")
     ap.add_argument("--madvise", choices=("default", "random"), default="default")
-    ap.add_argument("--batches", type=int, default=200)
-    ap.add_argument("--fanouts", default="10,5")
-    ap.add_argument("--batch-size", type=int, default=1024)
-    ap.add_argument("--hidden", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=0.003)
-    ap.add_argument("--dropout", type=float, default=0.5)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--progress", help="JSON lines file: one line per finished batch")
+    add_loop_args(ap)
     args = ap.parse_args(argv)
     try:
         if args.install:
