@@ -50,7 +50,7 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.format import RAW_FEATURES, open_dataset, read_manifest
 from diskgnn.prepare import prepare
 from diskgnn.quantize import canonical_spec, parse_spec, quantize_dataset, spec_slug
-from diskgnn.train import DEFAULT_SPLITS, DEFAULT_SYNTHETIC, train, versions
+from diskgnn.train import default_dataset, train, versions
 
 from .common import machine_info, write_json
 from .reference import load, reference_train
@@ -144,7 +144,7 @@ def wait_while(flag: Path | None) -> None:
 def prepared(name: str, shared: Path, cache: Path) -> Path:
     """The dataset directory for `name`, prepared on first use (and again if its recipe changed)."""
     if name == SYNTHETIC:
-        return prepared_synthetic(cache)
+        return default_dataset(progress=False, path=cache / SYNTHETIC)
     spec = DATASETS[name]
     out = cache / name
     split = "source" if spec.split_per_class is None else \
@@ -166,23 +166,6 @@ def prepared(name: str, shared: Path, cache: Path) -> Path:
         raise DiskgnnError(f"{source}: prepared with split {read_manifest(path)['producer']['options']['split']!r}, "
                            f"expected {split!r}")
     return path
-
-
-def prepared_synthetic(cache: Path) -> Path:
-    """`python -m diskgnn.train`'s built-in dataset, by its recipe, prepared once under `cache`."""
-    out = cache / SYNTHETIC
-    source = "synthetic(nodes={nodes}, feat_dim={feat_dim}, avg_degree={avg_degree}, classes={classes}, " \
-             "seed={seed})".format(**DEFAULT_SYNTHETIC)
-    try:
-        producer = read_manifest(out)["producer"]
-        if producer["source"] == source and producer["options"]["split"].startswith(
-                "ratios " + ",".join(f"{r:g}" for r in DEFAULT_SPLITS)):
-            return out
-    except (DiskgnnError, KeyError):
-        pass
-    cache.mkdir(parents=True, exist_ok=True)
-    return prepare("synthetic", out, undirected=True, split_ratios=DEFAULT_SPLITS, memory_budget="1GiB",
-                   overwrite=True, synthetic=DEFAULT_SYNTHETIC, progress=False)
 
 
 def with_variants(data: Path, features: list[str]) -> dict[str, dict]:

@@ -54,11 +54,12 @@ def diskgnn_home() -> Path:
     return Path(os.environ.get("DISKGNN_HOME", "~/.cache/diskgnn")).expanduser()
 
 
-def default_dataset(progress: bool) -> Path:
-    """The built-in synthetic dataset, prepared on first use (and again if its recipe changed)."""
+def default_dataset(progress: bool, path: Path | None = None) -> Path:
+    """The built-in synthetic dataset at `path` (default $DISKGNN_HOME/synthetic-default), prepared on
+    first use (and again if its recipe changed)."""
     from .prepare import prepare
 
-    path = diskgnn_home() / "synthetic-default"
+    path = Path(path) if path is not None else diskgnn_home() / "synthetic-default"
     expected = "synthetic(nodes={nodes}, feat_dim={feat_dim}, avg_degree={avg_degree}, classes={classes}, " \
                "seed={seed})".format(**DEFAULT_SYNTHETIC)
     try:
