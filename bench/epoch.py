@@ -273,7 +273,8 @@ def main(argv=None) -> dict:
     result = {"benchmark": "epoch", "machine": info, "dataset": str(data), "nodes": ds.num_nodes,
               "edges": ds.num_edges, "feature_bytes": feature_bytes, "batches": args.batches,
               "fanouts": args.fanouts, "batch_size": args.batch_size, "hidden": args.hidden,
-              "loop_timeout_s": args.loop_timeout, "cuda": cuda, "backend": per_cap[caps[0]]["runs"]["diskgnn"].get("backend"),
+              "loop_timeout_s": args.loop_timeout, "cuda": cuda, "backend": next((r["backend"] for r in [uncapped["diskgnn_all_cached"]] + [
+                  c["runs"]["diskgnn"] for c in per_cap.values()] if "backend" in r), None),
               "uncapped": uncapped, "caps": per_cap}
     write_json(args.out, result)
     return result

@@ -89,9 +89,11 @@ def report_cap(epoch: dict) -> str:
 
 def banner(suite: dict, epoch: dict) -> str:
     v = suite["versions"]
+    backend = epoch["backend"] or next((r["backend"] for r in [*epoch["uncapped"].values()] + [
+        c["runs"]["diskgnn"] for c in epoch["caps"].values()] if "backend" in r), None)
     pyg = (f"torch_geometric {v['torch_geometric']}, torch-sparse {v['torch_sparse']}, torch-scatter "
            f"{v['torch_scatter']}" if v.get("torch_geometric") else "PyG not installed")
-    return (f"{suite['machine']['summary']}; backend {epoch['backend']}; diskgnn {v['diskgnn']}, torch {v['torch']}, "
+    return (f"{suite['machine']['summary']}; backend {backend}; diskgnn {v['diskgnn']}, torch {v['torch']}, "
             f"numpy {v['numpy']}, {pyg}; {suite['date']}")
 
 
@@ -146,7 +148,7 @@ def disk_table(epoch: dict, limits: dict) -> str:
         lines.append(f"| fio | not run: {limits['error']} | | |")
     for name, r, rate in disk_rates(epoch):
         if rate is None:
-            lines.append(f"| {LABELS[name]} | {cell(r)} | | |")
+            lines.append(f"| {LABELS[name]} | not measured: {cell(r)} | | |")
             continue
         share = f"{rate / seq:.2f}" if seq else "n/a"
         lines.append(f"| {LABELS[name]} | {format_size(int(r['disk_bytes_read']))} | {rate:,.0f} | {share} |")
@@ -293,7 +295,7 @@ def section(suite: dict, epoch: dict, scaling: dict, limits: dict, plots: Path, 
     rel = os.path.relpath(plots, markdown.parent)
     text = banner(suite, epoch)
     cap = report_cap(epoch)
-    quiet = ", ".join(f"{name} {s['wall_s'] / 60:.1f} min (other processes {s['other_cpu_s']:.0f} CPU s)"
+    quiet = ", ".join(f"{name} {s['wall_s'] / 60:.1f} min (other processes {max(0, s['other_cpu_s']):.0f} CPU s)"
                       for name, s in suite["steps"].items())
     return f"""{BEGIN}
 ## The report: `make bench`

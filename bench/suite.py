@@ -62,7 +62,8 @@ def step(name: str, fn, idle_wait: float) -> tuple[dict, dict]:
     result = fn()
     wall = time.perf_counter() - t0
     busy1, own1 = cpu_seconds()
-    return result, {"wall_s": wall, "idle_wait_s": waited, "other_cpu_s": (busy1 - busy0) - (own1 - own0)}
+    # /proc/stat's ticks and the children's rusage round differently: a small negative difference is zero.
+    return result, {"wall_s": wall, "idle_wait_s": waited, "other_cpu_s": max(0.0, (busy1 - busy0) - (own1 - own0))}
 
 
 def main(argv=None) -> dict:
