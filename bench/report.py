@@ -244,7 +244,9 @@ def plot_epoch(epoch: dict, text: str, path: Path) -> None:
 def plot_scaling(scaling: dict, text: str, path: Path) -> None:
     import numpy as np
 
-    plt, fig, ax = _figure("diskgnn scaling on W1-like graphs (one whole epoch, capped)", text, figsize=(7, 4.5))
+    limits = f"cap {scaling['cap']}" if scaling["cap"] else "no cap"
+    plt, fig, ax = _figure(f"diskgnn scaling on W1-like graphs (one whole epoch; host cache "
+                           f"{scaling['host_cache_fraction']:.0%} of the features, {limits})", text, figsize=(7, 4.5))
     ok = [p for p in scaling["points"] if "error" not in p]
     n = np.array([p["nodes"] for p in ok]) / 1e6
     for key, label in (("epoch_s", "training epoch"), ("offline_s", "offline: sample + pack")):
