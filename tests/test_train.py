@@ -160,13 +160,15 @@ def test_ctrl_c_stops_cleanly_in_one_line(dataset, tmp_path):
 
     proc = subprocess.Popen([sys.executable, "-m", "diskgnn.train", "--data", str(dataset), "--workdir",
                              str(tmp_path / "run"), "--fanouts", "4,3", "--batch-size", "1", "--hidden", "16",
-                             "--epochs", "50", "--host-cache", "8KiB", "--no-progress"],
+                             "--epochs", "100000", "--host-cache", "8KiB", "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        for line in proc.stdout:  # interrupt while epoch 1 trains (its packer ran beside epoch 0)
+        # Interrupt while epoch 1 trains (its packer ran beside epoch 0). The epochs are tiny here, so
+        # there are more than can finish before the signal lands on a busy or an idle machine.
+        for line in proc.stdout:
             if line.startswith("epoch 0:"):
                 break
-        time.sleep(0.5)
+        time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     finally:
