@@ -339,7 +339,8 @@ fio on W1's feature file, O_DIRECT, io_uring, {limits.get('seconds', '?')} s eac
 
 Host cache {scaling['host_cache_fraction']:.0%} of each graph's feature bytes (the share held fixed, not the bytes:
 see `bench/scaling.py`), {"cgroup cap " + scaling['cap'] if scaling['cap'] else "no cgroup cap"}, page cache dropped
-first; the rest of each batch's rows come from the packs on disk (O_DIRECT).
+first; the rest of each batch's rows come from the packs on disk (O_DIRECT). Each point is the median of
+{scaling.get('repeat', 1)} run(s) (interleaved over the scales); all runs' times are in scaling.json.
 
 ![scaling]({rel}/scaling.png)
 

@@ -72,6 +72,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--loop-timeout", type=float, default=90.0,
                     help="seconds each PyG memmap and naive run may take (its rate from the batches done)")
     ap.add_argument("--scales", default="0.25,0.5,1,2")
+    ap.add_argument("--scaling-repeat", type=int, default=3, help="runs per scale (medians fitted)")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--idle-wait", type=float, default=60.0,
                     help="before each step, wait at most this many seconds for the machine to be idle")
@@ -105,7 +106,8 @@ def main(argv=None) -> dict:
          str(args.batches), "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *smoke]),
         args.idle_wait)
     _, steps["scaling"] = step("scaling", lambda: bench_scaling.main(
-        ["--nodes", str(nodes), "--scales", args.scales, "--workdir", str(workloads),
+        ["--nodes", str(nodes), "--scales", args.scales, "--repeat", str(1 if args.smoke else args.scaling_repeat),
+         "--workdir", str(workloads),
          "--out", str(out / "scaling.json"), *smoke]), args.idle_wait)
     command = " ".join(["python -m bench.suite", *(argv if argv is not None else sys.argv[1:])])
     suite = {"benchmark": "suite", "machine": info, "versions": {**versions(), **peer_versions()},
