@@ -158,10 +158,17 @@ def test_ctrl_c_stops_cleanly_in_one_line(dataset, tmp_path):
     import sys
     import time
 
+    def as_from_a_shell():
+        # A child inherits ignored and blocked signals. In the full suite, the pytest process (its libraries'
+        # threads) can hand SIGINT down ignored or blocked, which a terminal never does; start from its state.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
     proc = subprocess.Popen([sys.executable, "-m", "diskgnn.train", "--data", str(dataset), "--workdir",
                              str(tmp_path / "run"), "--fanouts", "4,3", "--batch-size", "1", "--hidden", "16",
                              "--epochs", "100000", "--host-cache", "8KiB", "--no-progress"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_shell)
+    parent_state = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
     try:
         # Interrupt while epoch 1 trains (its packer ran beside epoch 0). The epochs are tiny here, so
         # there are more than can finish before the signal lands on a busy or an idle machine.
@@ -173,5 +180,5 @@ def test_ctrl_c_stops_cleanly_in_one_line(dataset, tmp_path):
         out, err = proc.communicate(timeout=30)
     finally:
         proc.kill()
-    assert proc.returncode == 130, err
+    assert proc.returncode == 130, (err, parent_state)
     assert err.strip().splitlines()[-1] == "train: interrupted" and "Traceback" not in err
