@@ -298,6 +298,7 @@ def section(suite: dict, epoch: dict, scaling: dict, limits: dict, plots: Path, 
     text = banner(suite, epoch)
     cap = report_cap(epoch)
     quiet = ", ".join(f"{name} {s['wall_s'] / 60:.1f} min (other processes {max(0, s['other_cpu_s']):.0f} CPU s)"
+                      + (f"; re-run on its own: `{s['rerun']}`" if "rerun" in s else "")
                       for name, s in suite["steps"].items())
     return f"""{BEGIN}
 ## The report: `make bench`
