@@ -30,6 +30,7 @@ none is reported as slower than the timeout.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import subprocess
@@ -118,11 +119,8 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "--features", features, "--device", device, "--summary-json", str(summary_path), "--no-progress"]
     if args.batches:
         argv += ["--max-batches", str(args.batches)]
-    gpu = None
-    if device == "cuda":
-        with GpuUtilisation() as gpu:
-            run = _capped(argv, cap, None)
-    else:
+    gpu = GpuUtilisation() if device == "cuda" else None
+    with gpu or contextlib.nullcontext():
         run = _capped(argv, cap, None)
     if run["returncode"] != 0 or not summary_path.exists():
         shutil.rmtree(work / name, ignore_errors=True)
@@ -180,6 +178,12 @@ def pyg(name: str, mode: str, madvise: str, data: Path, work: Path, args, cap: i
     if mode == "memmap":
         peer.int64_indices(open_dataset(data))  # made once, outside every capped and timed run
     return loop(name, "bench.peers.pyg", ["--mode", mode, "--madvise", madvise], data, work, args, cap, **kw)
+
+
+def diskgnn_backend(result: dict) -> str | None:
+    """The I/O backend diskgnn's runs used (the first run that got far enough to say)."""
+    runs = [*result["uncapped"].values()] + [c["runs"]["diskgnn"] for c in result["caps"].values()]
+    return next((r["backend"] for r in runs if "backend" in r), None)
 
 
 def _ratio(a: dict, b: dict) -> float | None:
@@ -273,9 +277,9 @@ def main(argv=None) -> dict:
     result = {"benchmark": "epoch", "machine": info, "dataset": str(data), "nodes": ds.num_nodes,
               "edges": ds.num_edges, "feature_bytes": feature_bytes, "batches": args.batches,
               "fanouts": args.fanouts, "batch_size": args.batch_size, "hidden": args.hidden,
-              "loop_timeout_s": args.loop_timeout, "cuda": cuda, "backend": next((r["backend"] for r in [uncapped["diskgnn_all_cached"]] + [
-                  c["runs"]["diskgnn"] for c in per_cap.values()] if "backend" in r), None),
+              "loop_timeout_s": args.loop_timeout, "cuda": cuda,
               "uncapped": uncapped, "caps": per_cap}
+    result["backend"] = diskgnn_backend(result)
     write_json(args.out, result)
     return result
 
