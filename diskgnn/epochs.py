@@ -26,7 +26,7 @@ import numpy as np
 from .format import Dataset, FeatureSource
 from .pack import PackFile, pack_epoch
 from .placement import Placement, access_counts, place
-from .sample import SampleFile, batch_order, sample_epoch
+from .sample import SampleFile, batch_order, read_topology_ahead, sample_epoch
 
 
 @dataclass
@@ -38,13 +38,15 @@ class EpochFiles:
 class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
                  max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
-                 features: FeatureSource | None = None):
+                 features: FeatureSource | None = None, read_ahead: bool = False):
         self.dataset, self.dir = dataset, Path(workdir)
         self.source = features or dataset.feature_source()
         self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
         self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
         # Fresh-sample epochs that stop after max_batches need only those; replay visits a random subset.
         self.max_batches = None if replay else max_batches
+        # Before each sampling pass (the topology may have been evicted since the last).
+        self.read_ahead = read_ahead
         self.dir.mkdir(parents=True, exist_ok=True)
         self.sample_s = 0.0
         self.pack_s = 0.0
@@ -54,13 +56,18 @@ class OfflineEpochs:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def sample(self, epoch: int) -> SampleFile:
+    def _sample(self, out_name: str, **kwargs) -> SampleFile:
         start = time.perf_counter()
-        sf = sample_epoch(self.dataset, self.dir / f"epoch-{epoch:05d}.samples", fanouts=self.fanouts,
-                          batch_size=self.batch_size, seed=self.seed, epoch=epoch, threads=self.threads,
-                          max_batches=self.max_batches)
+        if self.read_ahead:
+            read_topology_ahead(self.dataset)
+        sf = sample_epoch(self.dataset, self.dir / out_name, batch_size=self.batch_size, seed=self.seed,
+                          threads=self.threads, **kwargs)
         self.sample_s += time.perf_counter() - start
         return sf
+
+    def sample(self, epoch: int) -> SampleFile:
+        return self._sample(f"epoch-{epoch:05d}.samples", fanouts=self.fanouts, epoch=epoch,
+                            max_batches=self.max_batches)
 
     def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
@@ -93,11 +100,8 @@ class OfflineEpochs:
     def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int,
                    max_batches: int | None = None) -> EpochFiles:
         """Eval batches of a split, sampled and packed once for the whole run."""
-        start = time.perf_counter()
-        samples = sample_epoch(self.dataset, self.dir / f"{split}.samples", fanouts=list(fanouts),
-                               batch_size=self.batch_size, seed=self.seed, epoch=epoch_key, seeds=seeds,
-                               threads=self.threads, max_batches=max_batches)
-        self.sample_s += time.perf_counter() - start
+        samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
+                               max_batches=max_batches)
         return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
 
     def _prepare(self, epoch: int) -> EpochFiles:

@@ -132,6 +132,26 @@ def open_graph(dataset: Dataset):
                            dataset.num_nodes, dataset.num_edges, np.dtype(ind["dtype"]).itemsize)
 
 
+def topology_bytes(dataset: Dataset) -> int:
+    return sum(dataset.file_path(kind).stat().st_size for kind in ("indptr", "indices"))
+
+
+def read_topology_ahead(dataset: Dataset, chunk_bytes: int = 16 << 20) -> None:
+    """Reads indptr.bin and indices.bin once, front to back, so sampling finds them in the page cache.
+
+    The sampler's accesses are random; a cold topology fetched by its page
+    faults made sampling 2.5x slower than this sequential pass plus warm
+    sampling (W1 at 16M nodes: 22 s against 2.6 + 6.9 s), and at 16M the
+    faults' share grew faster than the graph. Worth it only where the page
+    cache can keep the topology, which the caller decides.
+    """
+    buf = bytearray(chunk_bytes)
+    for kind in ("indptr", "indices"):
+        with open(dataset.file_path(kind), "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
 def batch_key(epoch: int, b: int) -> int:
     """The random stream key of batch b of an epoch: the same offline and online."""
     return (epoch << 32) + b

@@ -9,9 +9,10 @@ import torch
 
 from diskgnn.config import TrainConfig, resolve
 from diskgnn.errors import DiskgnnError
+from diskgnn.format import open_dataset
 from diskgnn.pipeline import Pipeline, PipelineError, Stage
 from diskgnn.prepare import prepare
-from diskgnn.train import train
+from diskgnn.train import train, working_set
 from conftest import random_graph, run_module, write_npy_dir
 
 
@@ -88,7 +89,12 @@ def test_training_learns_and_the_summary_has_every_field(dataset, tmp_path):
 
 def test_same_seed_same_result_and_online_sampling_sees_the_same_batches(dataset, tmp_path):
     a = train(config(dataset, tmp_path / "a"))
-    b = train(config(dataset, tmp_path / "b"))
+    # b's budget is its working set plus a host cache of every row: no page cache left to read the topology into
+    ds = open_dataset(dataset)
+    features = ds.num_nodes * ds.row_bytes
+    need = working_set(ds, ds.feature_source(), config(dataset, tmp_path))
+    b = train(config(dataset, tmp_path / "b", memory_budget=str(need + features), host_cache=str(features)))
+    assert a["plan"]["topology_read_ahead"] and not b["plan"]["topology_read_ahead"]
     online = train(config(dataset, tmp_path / "c", sampling="online"))
     assert a["train_loss"] == b["train_loss"] and a["test_acc"] == b["test_acc"]
     assert online["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
