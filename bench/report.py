@@ -56,6 +56,7 @@ def cell(r: dict | None) -> str:
         gpu = r.get("gpu_utilisation", {})
         extra += f", GPU busy {gpu['mean_percent']:.0f} % (peak {gpu['max_percent']:.0f})" if "mean_percent" in gpu \
             else ""
+        extra += f"; loading the graph {r['load_s']:,.1f} s before" if r.get("load_s", 0) >= 0.05 else ""
         return f"{_ms(r['per_batch_s'])} ms ({r['epoch_s']:,.1f} s{extra})"
     if "per_batch_s_above" in r:
         return f"> {_ms(r['per_batch_s_above'])} ms (no batch finished in {r['per_batch_s_above']:.0f} s)"

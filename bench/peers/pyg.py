@@ -295,7 +295,7 @@ def train(args) -> dict:
             progress.write(json.dumps({"batch": b, "elapsed_s": time.perf_counter() - start,
                                        "sample_s": totals["sample_from_nodes"], "gather_s": totals["filter_fn"],
                                        "disk_bytes_read": disk_read_bytes() - read_before,
-                                       "loss": loss.item()}) + "\n")
+                                       "load_s": info["load_s"], "loss": loss.item()}) + "\n")
             progress.flush()
     result = {"system": "pyg", "mode": args.mode, "madvise": args.madvise, "batches": done,
               "epoch_s": time.perf_counter() - start, "sample_s": totals["sample_from_nodes"],
