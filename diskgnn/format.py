@@ -90,14 +90,20 @@ def write_index_tmp(path: Path, meta: dict) -> Path:
     return tmp
 
 
-def file_checksum(path: Path, chunk_bytes: int = 16 << 20) -> str:
-    """Hash of a whole file, read in chunks (memory stays at `chunk_bytes`)."""
-    h = xxhash.xxh3_128()
+def read_chunks(path: Path, chunk_bytes: int = 16 << 20):
+    """Yields a whole file front to back as views of one reused buffer (memory stays at `chunk_bytes`)."""
     buf = bytearray(chunk_bytes)
     view = memoryview(buf)
     with open(path, "rb", buffering=0) as f:
         while n := f.readinto(buf):
-            h.update(view[:n])
+            yield view[:n]
+
+
+def file_checksum(path: Path, chunk_bytes: int = 16 << 20) -> str:
+    """Hash of a whole file, read in chunks."""
+    h = xxhash.xxh3_128()
+    for chunk in read_chunks(path, chunk_bytes):
+        h.update(chunk)
     return h.hexdigest()
 
 

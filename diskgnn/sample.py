@@ -22,7 +22,7 @@ import numpy as np
 import xxhash
 
 from .errors import DiskgnnError
-from .format import Dataset, read_index, write_index_tmp
+from .format import Dataset, read_chunks, read_index, write_index_tmp
 
 SAMPLES_FORMAT = "diskgnn-samples"
 SAMPLES_VERSION = 1
@@ -145,11 +145,9 @@ def read_topology_ahead(dataset: Dataset, chunk_bytes: int = 16 << 20) -> None:
     faults' share grew faster than the graph. Worth it only where the page
     cache can keep the topology, which the caller decides.
     """
-    buf = bytearray(chunk_bytes)
     for kind in ("indptr", "indices"):
-        with open(dataset.file_path(kind), "rb", buffering=0) as f:
-            while f.readinto(buf):
-                pass
+        for _ in read_chunks(dataset.file_path(kind), chunk_bytes):
+            pass
 
 
 def batch_key(epoch: int, b: int) -> int:
