@@ -28,6 +28,7 @@ then of its shared rows and their slots in the segment region).
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,8 +63,7 @@ def _cold_rows(sample_file, placement: Placement):
     """Per batch: its cold node ids, sorted, and their positions in the batch."""
     ids, pos = [], []
     for batch in sample_file:
-        tier, _ = placement.locate(batch.nodes)
-        p = np.flatnonzero(tier < 0)
+        p = np.flatnonzero(placement.tier(batch.nodes) < 0)
         order = np.argsort(batch.nodes[p])
         ids.append(batch.nodes[p[order]])
         pos.append(p[order].astype(np.int32))
@@ -146,12 +146,15 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     threads = _default_threads() if threads is None else threads
     if threads < 1:
         raise DiskgnnError(f"threads must be at least 1, got {threads}")
+    start = time.perf_counter()
     p = plan(sample_file, placement, dataset.num_nodes, max_blowup)
+    plan_s = time.perf_counter() - start
     sizes = np.array([ids.size for ids in p.regions], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum([padded(int(n) * row) for n in sizes])]).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     ids = np.concatenate(p.regions).astype(np.int64, copy=False) if p.regions else np.empty(0, np.int64)
     tmp = out_path.with_name(out_path.name + ".tmp")
+    start = time.perf_counter()
     try:
         stats = _guard_io(tmp, lambda: _native.pack_regions(
             str(source.path), source.num_rows, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
@@ -163,6 +166,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
         tmp.unlink(missing_ok=True)
         raise
     del ids
+    stats.update(plan_s=plan_s, write_s=time.perf_counter() - start)
     checksums = [f"{c:016x}" for c in stats.pop("checksums")]
     nb = len(p.own_pos)
     index = np.concatenate([a for b in range(nb) for a in (p.own_pos[b], p.shared_pos[b], p.shared_slot[b])]

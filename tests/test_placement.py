@@ -1,6 +1,7 @@
 import numpy as np
+import pytest
 
-from diskgnn.placement import place
+from diskgnn.placement import hottest_first, place
 
 
 def test_hottest_rows_fill_tiers_in_order():
@@ -23,3 +24,20 @@ def test_room_left_after_the_accessed_rows_holds_the_others():
     assert p.expected_hit_rates == [1.0, 0.0]
     tier, _ = p.locate(np.array([], dtype=np.int64))
     assert tier.size == 0
+
+
+@pytest.mark.parametrize("top", [0, 1, 7, 65535, 65536, 10**6])
+def test_hottest_first_matches_sorting_by_count_then_id(top):
+    # 16-bit keys (radix sort) up to a count of 65535, 64-bit keys above: both give (-count, id) order.
+    rng = np.random.default_rng(top)
+    counts = rng.integers(0, top + 1, size=199).astype(np.int32)
+    counts[rng.integers(0, 199, size=20)] = top  # ties at the top and at zero
+    oracle = sorted(range(counts.size), key=lambda i: (-int(counts[i]), i))
+    assert hottest_first(counts).tolist() == oracle
+    assert hottest_first(np.zeros(0, np.int32)).size == 0
+
+
+def test_tier_is_locates_first_half():
+    p = place(np.array([3, 0, 2, 1]), row_bytes=8, budgets=[("device", 8), ("host", 8)])
+    nodes = np.array([3, 3, 0, 1, 2])
+    assert p.tier(nodes).tolist() == p.locate(nodes)[0].tolist() == [-1, -1, 0, -1, 1]
