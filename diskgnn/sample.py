@@ -15,6 +15,7 @@ records back to back; `epoch-NNNNN.json` holds their offsets and checksums.
 from __future__ import annotations
 
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from .format import Dataset, read_chunks, read_index, write_index_tmp
 
 SAMPLES_FORMAT = "diskgnn-samples"
 SAMPLES_VERSION = 1
-GROUP = 64  # batches handed to the native sampler at once
+GROUP = 32  # batches handed to the native sampler at once (two groups in memory: one sampled, one written)
 
 
 @dataclass
@@ -186,16 +187,28 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     out_path = Path(out_path)
     tmp = out_path.with_name(out_path.name + ".tmp")
     offsets, checksums = [0], []
-    with open(tmp, "wb") as f:
+
+    def write(f, records) -> None:
+        for rec in records:
+            f.write(rec)
+            offsets.append(offsets[-1] + len(rec))
+            checksums.append(xxhash.xxh3_64_hexdigest(rec))
+
+    # Group g is written while group g + 1 is sampled (both release the GIL): written after
+    # sampling, the page cache's write throttling added W1 16M's 0.9 GB in 1.4 s to 4.7 s of sampling.
+    with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer:
+        written = None
         for g in range(0, len(batches), GROUP):
             group = batches[g: g + GROUP]
             flat = np.concatenate(group) if group else np.empty(0, np.int64)
             bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
             keys = [batch_key(epoch, g + i) for i in range(len(group))]
-            for rec in _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads):
-                f.write(rec)
-                offsets.append(offsets[-1] + len(rec))
-                checksums.append(xxhash.xxh3_64_hexdigest(rec))
+            records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads)
+            if written is not None:
+                written.result()  # one group in flight: its records are the memory this holds
+            written = writer.submit(write, f, records)
+        if written is not None:
+            written.result()
         f.flush()
         os.fsync(f.fileno())
     meta = {

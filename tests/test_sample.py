@@ -6,7 +6,7 @@ import pytest
 from diskgnn.errors import DiskgnnError
 from diskgnn.format import open_dataset
 from diskgnn.prepare import prepare
-from diskgnn.sample import SampleFile, batch_key, batch_order, epoch_seeds, open_graph, sample_batch, sample_epoch
+from diskgnn.sample import GROUP, SampleFile, batch_key, batch_order, epoch_seeds, open_graph, sample_batch, sample_epoch
 from conftest import random_graph, write_npy_dir
 
 
@@ -78,6 +78,34 @@ def test_max_batches_and_online_batches_match_the_full_epoch(dataset, tmp_path):
             np.testing.assert_array_equal(x.indices, y.indices)
     assert len(sample_epoch(dataset, tmp_path / "z.samples", fanouts=[5], batch_size=7, seed=1, epoch=2,
                             max_batches=0)) == 0
+
+
+def test_epochs_of_many_groups_are_written_in_order(dataset, tmp_path):
+    # 100 one-seed batches: several native groups, each written while the next is sampled.
+    assert 100 > 3 * GROUP
+    sf = sample_epoch(dataset, tmp_path / "m.samples", fanouts=[4, 2], batch_size=1, seed=4, epoch=1)
+    graph, seeds = open_graph(dataset), epoch_seeds(dataset.split("train"), 1, 4, 1)
+    assert len(sf) == len(seeds) == 100
+    for b in range(len(sf)):
+        online = sample_batch(graph, seeds[b], key=batch_key(1, b), fanouts=[4, 2], seed=4, threads=1)
+        np.testing.assert_array_equal(online.nodes, sf[b].nodes)
+
+
+def test_a_failed_write_fails_the_epoch_and_leaves_no_file(dataset, tmp_path, monkeypatch):
+    import diskgnn.sample as sample_module
+
+    calls = []
+
+    def failing_hash(rec):
+        calls.append(1)
+        if len(calls) == GROUP + 5:  # in the second group's write
+            raise OSError(28, "No space left on device")
+        return "0"
+
+    monkeypatch.setattr(sample_module.xxhash, "xxh3_64_hexdigest", failing_hash)
+    with pytest.raises(OSError, match="No space left"):
+        sample_epoch(dataset, tmp_path / "f.samples", fanouts=[3], batch_size=1, seed=0, epoch=0)
+    assert not (tmp_path / "f.samples").exists() and not (tmp_path / "f.json").exists()
 
 
 def test_neighbours_are_uniform(dataset, tmp_path):
