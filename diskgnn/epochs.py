@@ -48,8 +48,11 @@ class OfflineEpochs:
         # Before each sampling pass (the topology may have been evicted since the last).
         self.read_ahead = read_ahead
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sample_s = 0.0
+        self.sample_s = 0.0  # sampling passes, the topology's read-ahead included
         self.pack_s = 0.0
+        # Where the offline seconds went, summed over every pass (summary.json's "offline").
+        self.phases = dict.fromkeys(("read_ahead_s", "sampling_s", "placement_s", "pack_plan_s", "pack_write_s",
+                                     "pack_buffer_wait_s", "pack_read_wait_s", "pack_bytes_written"), 0.0)
         self.placement: Placement | None = None
         self._ready: dict[int, EpochFiles] = {}
         self._samples0: SampleFile | None = None
@@ -60,9 +63,13 @@ class OfflineEpochs:
         start = time.perf_counter()
         if self.read_ahead:
             read_topology_ahead(self.dataset)
+        sampling = time.perf_counter()
         sf = sample_epoch(self.dataset, self.dir / out_name, batch_size=self.batch_size, seed=self.seed,
                           threads=self.threads, **kwargs)
-        self.sample_s += time.perf_counter() - start
+        end = time.perf_counter()
+        self.phases["read_ahead_s"] += sampling - start
+        self.phases["sampling_s"] += end - sampling
+        self.sample_s += end - start
         return sf
 
     def sample(self, epoch: int) -> SampleFile:
@@ -72,8 +79,10 @@ class OfflineEpochs:
     def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
         self._samples0 = self.sample(0)
+        start = time.perf_counter()
         counts = access_counts([self._samples0], self.dataset.num_nodes)
         self.placement = place(counts, self.source.row_bytes, budgets)
+        self.phases["placement_s"] += time.perf_counter() - start
         return self.placement
 
     def samples_bytes(self) -> int:
@@ -84,8 +93,7 @@ class OfflineEpochs:
         """Bytes epoch 0's packs will take before any blow-up cap (every cold access, 4 KiB-padded)."""
         total = 0
         for batch in self._samples0:
-            tier, _ = self.placement.locate(batch.nodes)
-            total += int((tier < 0).sum()) * self.source.row_bytes + 4096
+            total += int((self.placement.tier(batch.nodes) < 0).sum()) * self.source.row_bytes + 4096
         if self.max_blowup is not None:
             total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
         return total
@@ -95,6 +103,11 @@ class OfflineEpochs:
         packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=self.max_blowup,
                            memory_budget=self.pack_memory, threads=self.threads, features=self.source)
         self.pack_s += time.perf_counter() - start
+        stats = packs.packing
+        for key, phase in (("plan_s", "pack_plan_s"), ("write_s", "pack_write_s"), ("buffer_wait_s",
+                           "pack_buffer_wait_s"), ("read_wait_s", "pack_read_wait_s"),
+                           ("bytes_written", "pack_bytes_written")):
+            self.phases[phase] += stats[key]
         return packs
 
     def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int,

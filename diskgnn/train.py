@@ -429,6 +429,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
         "epoch_times_s": history["epoch_times_s"],
         "sample_s": run.epochs.sample_s if run.epochs else 0.0,
         "pack_s": run.epochs.pack_s if run.epochs else 0.0,
+        "offline": dict(run.epochs.phases) if run.epochs else {},
         "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
                           for name, t in run.stage_times.items()},
         "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
