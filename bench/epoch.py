@@ -130,7 +130,8 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
     epoch_s = s["epoch_times_s"][0]
     batches = s["stage_times_s"]["train"]["items"]
     return {"epoch_s": epoch_s, "batches": batches, "per_batch_s": epoch_s / batches,
-            "sample_s": s["sample_s"], "pack_s": s["pack_s"], "stage_times_s": s["stage_times_s"],
+            "sample_s": s["sample_s"], "pack_s": s["pack_s"], "offline": s["offline"],
+            "stage_times_s": s["stage_times_s"],
             "bottleneck": s.get("bottleneck"), "tiers": s["tiers"], "disk_bytes_read": s["disk_bytes_read"],
             "peak_rss_bytes": s["peak_rss_bytes"], "peak_anon_bytes": s["peak_anon_bytes"],
             "backend": s["backend"], "plan": s["plan"],

@@ -170,6 +170,11 @@ def stage_table(epoch: dict) -> str:
     return "\n".join(lines)
 
 
+def placement_times(scaling: dict) -> str:
+    ok = [p for p in scaling["points"] if "error" not in p and "placement_s" in p]
+    return ", ".join(f"{p['placement_s']:.1f} s" for p in ok) + " at the scales above" if ok else "not measured"
+
+
 def scaling_table(scaling: dict) -> str:
     lines = ["| scale | nodes | features | batches | epoch | ms / batch | sample | pack | offline | epoch vs linear | "
              "offline vs linear |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -189,6 +194,12 @@ def scaling_table(scaling: dict) -> str:
         lines.append("; ".join(f"{k}: {f['seconds_per_million_nodes']:.2f} s per million nodes, largest deviation "
                                f"{f['max_abs_deviation']:.1%} ({'within' if f['linear'] else 'NOT within'} "
                                f"{scaling['linear_tolerance']:.0%} of linear)" for k, f in fits.items()) + ".")
+        for k, f in fits.items():
+            if "per_repeat_deviation" in f:
+                lines.append(f"{k} deviations in each repeat: " + "; ".join(
+                    ", ".join(f"{d:+.1%}" for d in dev) for dev in f["per_repeat_deviation"])
+                    + f"; the per-scale medians fitted by one line instead: "
+                    + ", ".join(f"{d:+.1%}" for d in f["of_medians"]["deviation"]) + ".")
     return "\n".join(lines)
 
 
@@ -341,7 +352,11 @@ fio on W1's feature file, O_DIRECT, io_uring, {limits.get('seconds', '?')} s eac
 Host cache {scaling['host_cache_fraction']:.0%} of each graph's feature bytes (the share held fixed, not the bytes:
 see `bench/scaling.py`), {"cgroup cap " + scaling['cap'] if scaling['cap'] else "no cgroup cap"}, page cache dropped
 first; the rest of each batch's rows come from the packs on disk (O_DIRECT). Each point is the median of
-{scaling.get('repeat', 1)} run(s) (interleaved over the scales); all runs' times are in scaling.json.
+{scaling.get('repeat', 1)} run(s) (interleaved over the scales); all runs' times are in scaling.json. Offline is
+sampling (the topology's read-ahead included) plus packing; placing the rows in the cache, once per run, is
+apart ({placement_times(scaling)}). The deviations pair the points of one repeat (the scales back to back): each
+repeat is fitted by its own line through the origin and a point's deviation is the median over the repeats,
+since this VM's speed drifts by more than 10 % from one minute to the next, moving whole repeats.
 
 ![scaling]({rel}/scaling.png)
 

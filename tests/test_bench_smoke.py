@@ -103,3 +103,19 @@ def test_linear_fit_measures_deviation_from_a_line_through_the_origin():
     assert exact["linear"]
     fixed_cost = linear_fit([1, 2, 4], [4.0, 7.0, 13.0])  # 1 s of overhead is not linear
     assert fixed_cost["deviation"][0] > 0.1 and not fixed_cost["linear"]
+
+
+def test_paired_fit_cancels_drift_between_repeats_but_not_a_bend():
+    from bench.scaling import linear_fit, paired_fit
+
+    nodes = [1, 2, 4, 8]
+    # Repeat 2 ran on a machine 30 % slower throughout, repeat 3 on one 20 % faster, with one run 30 % slow.
+    drift = paired_fit(nodes, [[1.0, 2.0, 4.0, 8.0], [1.3, 2.6, 5.2, 10.4], [0.8, 1.6 * 1.3, 3.2, 6.4]])
+    assert drift["max_abs_deviation"] < 1e-12 and drift["linear"] and drift["repeats"] == 3
+    assert drift["per_repeat_deviation"][2][1] > 0.2  # each repeat's own deviations are kept
+    assert drift["seconds_per_million_nodes"] == pytest.approx(linear_fit(
+        nodes, [1.0, 2.0, 4.0, 8.0])["seconds_per_million_nodes"])
+    # A point slow in every repeat stays slow.
+    bent = paired_fit(nodes, [[1.0, 2.6, 4.0, 8.0], [1.1, 2.9, 4.4, 8.8], [0.9, 2.3, 3.6, 7.2]])
+    assert bent["deviation"][1] > 0.2 and not bent["linear"]
+    assert not bent["of_medians"]["linear"]
