@@ -105,7 +105,7 @@ asan: $(URING)
 # device limits, the epoch grid against PyG and a naive loop at 1, 2 and 4 GiB
 # caps, scaling (3 runs per scale); about 40 minutes on 2 cores. bench-deps installs fio and PyG
 # (its sampler's torch-sparse and torch-scatter are built from source once,
-# 15-30 minutes, and cached); where that fails, the report says why.
+# 12 to 40 minutes measured here, and cached); where that fails, the report says why.
 bench: setup bench-deps
 	$(VPY) -m bench.suite
 

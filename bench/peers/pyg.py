@@ -125,7 +125,7 @@ def install() -> None:
             continue
         log = cache / f"build-{name}.log"
         print("=" * 78 + f"\nbench.peers.pyg: BUILDING {name} {version} FROM SOURCE against torch {torch.__version__}"
-              f"\n  (PyPI has no wheels for it; 15-30 minutes on 2 cores, done once)\n"
+              f"\n  (PyPI has no wheels for it; 12 to 40 minutes on 2 cores, done once)\n"
               f"  wheel cached in {cache}\n  log: {log}\n" + "=" * 78, flush=True)
         start = time.perf_counter()
         # --no-binary: a wheel some index offers was built against some other torch.
