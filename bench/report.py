@@ -256,7 +256,7 @@ def plot_scaling(scaling: dict, text: str, path: Path) -> None:
     import numpy as np
 
     limits = f"cap {scaling['cap']}" if scaling["cap"] else "no cap"
-    plt, fig, ax = _figure(f"diskgnn scaling on W1-like graphs (one whole epoch; host cache "
+    plt, fig, ax = _figure(f"diskgnn scaling on W1-like graphs\n(one whole epoch; host cache "
                            f"{scaling['host_cache_fraction']:.0%} of the features, {limits})", text, figsize=(7, 4.5))
     ok = [p for p in scaling["points"] if "error" not in p]
     n = np.array([p["nodes"] for p in ok]) / 1e6
