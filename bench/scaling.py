@@ -57,6 +57,10 @@ def linear_fit(nodes: list[int], times: list[float]) -> dict:
             "linear": all(abs(d) <= LINEAR_TOLERANCE for d in deviation)}
 
 
+def percentages(deviations) -> str:
+    return ", ".join(f"{d:+.1%}" for d in deviations)
+
+
 def paired_fit(nodes: list[int], repeats: list[list[float]]) -> dict:
     """linear_fit of each repeat's points (times[r][i]: repeat r, scale i); per point the median of its
     deviations, k the median slope."""
@@ -105,7 +109,7 @@ def main(argv=None) -> dict:
                         memory_budget=format_size(host_cache + (4 << 30)), host_cache=str(host_cache), cap=cap)
             if "error" not in r:
                 r["offline_s"] = r["sample_s"] + r["pack_s"]
-                r["placement_s"] = r["offline"].get("placement_s", 0.0)
+                r["placement_s"] = r["offline"]["placement_s"]
             runs[scale].append(r)
             print(f"x{scale:g} #{rep} ({ds.num_nodes:,} nodes, features {format_size(ds.num_nodes * ds.row_bytes)}): "
                   + describe("diskgnn", r) + (f"; offline {r['offline_s']:.1f} s" if "error" not in r else ""),
@@ -140,11 +144,9 @@ def main(argv=None) -> dict:
                 for key in ("epoch", "offline")}
         for name, f in fits.items():
             print(f"{name}: {f['seconds_per_million_nodes']:.2f} s per million nodes, deviations "
-                  + ", ".join(f"{d:+.1%}" for d in f["deviation"]) + (" (linear)" if f["linear"] else
-                                                                       " (NOT within 10 % of linear)")
-                  + f"; per repeat: " + "; ".join(", ".join(f"{d:+.1%}" for d in dev)
-                                                  for dev in f["per_repeat_deviation"])
-                  + "; the medians' own fit: " + ", ".join(f"{d:+.1%}" for d in f["of_medians"]["deviation"]))
+                  + percentages(f["deviation"]) + (" (linear)" if f["linear"] else " (NOT within 10 % of linear)")
+                  + "; per repeat: " + "; ".join(map(percentages, f["per_repeat_deviation"]))
+                  + "; the medians' own fit: " + percentages(f["of_medians"]["deviation"]))
     result = {"benchmark": "scaling", "machine": info, "base_nodes": base, "scales": scales,
               "cap": args.cap, "host_cache_fraction": args.host_cache_fraction, "repeat": args.repeat, "fanouts": args.fanouts, "batch_size": args.batch_size,
               "hidden": args.hidden, "linear_tolerance": LINEAR_TOLERANCE, "points": points, "fits": fits,

@@ -48,7 +48,6 @@ class OfflineEpochs:
         # Before each sampling pass (the topology may have been evicted since the last).
         self.read_ahead = read_ahead
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.sample_s = 0.0  # sampling passes, the topology's read-ahead included
         self.pack_s = 0.0
         # Where the offline seconds went, summed over every pass (summary.json's "offline").
         self.phases = dict.fromkeys(("read_ahead_s", "sampling_s", "placement_s", "pack_plan_s", "pack_write_s",
@@ -66,11 +65,14 @@ class OfflineEpochs:
         sampling = time.perf_counter()
         sf = sample_epoch(self.dataset, self.dir / out_name, batch_size=self.batch_size, seed=self.seed,
                           threads=self.threads, **kwargs)
-        end = time.perf_counter()
         self.phases["read_ahead_s"] += sampling - start
-        self.phases["sampling_s"] += end - sampling
-        self.sample_s += end - start
+        self.phases["sampling_s"] += time.perf_counter() - sampling
         return sf
+
+    @property
+    def sample_s(self) -> float:
+        """Seconds in sampling passes, the topology's read-ahead included."""
+        return self.phases["read_ahead_s"] + self.phases["sampling_s"]
 
     def sample(self, epoch: int) -> SampleFile:
         return self._sample(f"epoch-{epoch:05d}.samples", fanouts=self.fanouts, epoch=epoch,
