@@ -64,7 +64,7 @@ def test_pack_files_are_the_oracle_for_any_chunk_budget_and_threads(epoch, cache
     assert (max(ids.size for ids in regions) == 0) == (cache_fraction >= 1)
     budget = minimum_budget(ds, sf, placement, tmp / "min.packs", max_blowup)
     variants = [  # (chunk_bytes, memory_budget, threads)
-        (64 << 20, 1 << 30, 2),  # one chunk holds every row; staging holds whole regions
+        (64 << 20, 1 << 30, 2),  # one chunk holds every row
         (1, 1 << 30, 1),  # one-row chunks
         (3 * ds.row_bytes, budget, 2),  # the smallest budget: staging flushes every block or two
         (3 * ds.row_bytes, budget, 1),
@@ -91,6 +91,25 @@ def test_pack_files_are_the_oracle_for_any_chunk_budget_and_threads(epoch, cache
             p.unlink()
     if cache_fraction == 0 and max_blowup is None and ds.row_bytes > 1:  # 1-byte rows: every region under 4 KiB
         assert {2, 3} <= flushed  # at the smallest budget regions outgrow their staging buffers
+
+
+def test_staging_holds_at_most_a_sixteenth_of_the_pack(epoch):
+    # A budget that would stage every region whole: the first writes would wait until most of the
+    # features had been read. Staging is capped at 1/16 of the pack (or the packer's minimum).
+    tmp, ds, sf, counts = epoch
+    placement = place(counts, ds.row_bytes, [("host", 0)])
+    path = tmp / "cap.packs"
+    least = minimum_budget(ds, sf, placement, path)
+    packs = pack_epoch(ds, sf, placement, path, chunk_bytes=4096, memory_budget=1 << 30, threads=2)
+    chunk_buffers = 2 * (padded(packs.packing["chunk_bytes"]) + 4096)
+    bound = max(least, packs.offsets[-1] // 16)
+    if ds.row_bytes == 1:
+        pytest.skip("1-byte rows: every region is under 4 KiB, so the packer's minimum stages the whole pack")
+    assert bound < packs.offsets[-1]  # without the cap every region would be staged whole
+    assert packs.packing["buffer_bytes"] - chunk_buffers <= bound
+    check_regions(ds, packs, plan(sf, placement, ds.num_nodes).regions)
+    for p in tmp.glob("cap.packs*"):
+        p.unlink()
 
 
 @pytest.mark.parametrize("max_blowup", [None, 1.5])
