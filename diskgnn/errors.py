@@ -1,6 +1,8 @@
 """User-facing errors and the CLI wrapper that prints them as one line."""
 
+import signal
 import sys
+import threading
 
 
 class DiskgnnError(Exception):
@@ -12,8 +14,35 @@ class DiskgnnError(Exception):
     """
 
 
+_interrupted = False
+
+
+def _on_sigint(signum, frame):
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def raise_if_interrupted() -> None:
+    """Raises KeyboardInterrupt if Ctrl-C was pressed since the command started.
+
+    Python raises the interrupt in whatever code the main thread runs, and a
+    finalizer (any ``__del__``, ours or a library's) that it lands in prints
+    "Exception ignored" and drops it. Loops that run for long call this at
+    each step so that such a Ctrl-C still stops the command.
+    """
+    if _interrupted:
+        raise KeyboardInterrupt
+
+
 def run_cli(command: str, main, argv=None) -> int:
     """Runs ``main(argv)`` and turns user errors into a one-line message."""
+    global _interrupted
+    _interrupted = False
+    own_handler = (threading.current_thread() is threading.main_thread()
+                   and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if own_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
     try:
         main(argv)
     except DiskgnnError as e:
@@ -22,4 +51,7 @@ def run_cli(command: str, main, argv=None) -> int:
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        if own_handler:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
     return 0

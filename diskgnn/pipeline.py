@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
-from .errors import DiskgnnError
+from .errors import DiskgnnError, raise_if_interrupted
 
 _POLL_S = 0.05  # how often a blocked thread checks for a stop
 _DONE = object()
@@ -135,6 +135,7 @@ class Pipeline:
         last = self._queues[-1]
         try:
             while True:
+                raise_if_interrupted()
                 item = self._get(last, timing)
                 if self._error is not None:
                     name, error = self._error

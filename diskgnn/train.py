@@ -33,7 +33,7 @@ from tqdm import tqdm
 from . import __version__
 from .config import TrainConfig, resolve, save
 from .epochs import EpochFiles, OfflineEpochs
-from .errors import DiskgnnError, run_cli
+from .errors import DiskgnnError, raise_if_interrupted, run_cli
 from .format import Dataset, FeatureSource, open_dataset, read_manifest
 from .loader import OfflineLoader, OnlineLoader
 from .memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
@@ -394,6 +394,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
     disk_bytes = 0
     try:
         for epoch in range(first, cfg.epochs):
+            raise_if_interrupted()
             loader = run.train_loader(epoch)
             if run.epochs is not None and epoch + 1 < cfg.epochs:
                 run.epochs.prefetch(epoch + 1)

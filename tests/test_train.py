@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from diskgnn.config import TrainConfig, resolve
-from diskgnn.errors import DiskgnnError
+from diskgnn.errors import DiskgnnError, run_cli
 from diskgnn.format import open_dataset
 from diskgnn.pipeline import Pipeline, PipelineError, Stage
 from diskgnn.prepare import prepare
@@ -50,6 +50,37 @@ def test_pipeline_user_errors_stay_one_line_and_leaving_early_joins_threads():
         if i == 3:
             break
     p.close()
+    assert not diskgnn_threads()
+
+
+def test_ctrl_c_that_a_finalizer_swallows_still_stops_the_command(capsys, monkeypatch):
+    import gc
+    import signal
+    import sys
+
+    swallowed = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: swallowed.append(u.exc_type))
+
+    class InterruptedInFinalizer:
+        def __del__(self):
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside __del__, and Python drops its error
+
+    steps = []
+
+    def main(argv):
+        for i in Pipeline(range(10**6), [Stage("sample", lambda x: x)]):
+            steps.append(i)
+            if i == 2:
+                InterruptedInFinalizer()
+                gc.collect()
+
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        pytest.skip("pytest runs with its own SIGINT handler here")
+    assert run_cli("train", main) == 130
+    assert steps == [0, 1, 2], "the loop went on after Ctrl-C"
+    assert swallowed == [KeyboardInterrupt]
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "train: interrupted"
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not diskgnn_threads()
 
 
