@@ -52,6 +52,9 @@ def run_cli(command: str, main, argv=None) -> int:
         print(f"{command}: interrupted", file=sys.stderr)
         return 130
     finally:
+        # The record belongs to this command: left set, it would stop the next
+        # pipeline in this process (a test run, a notebook) that was never interrupted.
+        _interrupted = False
         if own_handler:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     return 0

@@ -82,6 +82,8 @@ def test_ctrl_c_that_a_finalizer_swallows_still_stops_the_command(capsys, monkey
     assert capsys.readouterr().err.strip().splitlines()[-1] == "train: interrupted"
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     assert not diskgnn_threads()
+    assert list(Pipeline(range(3), [Stage("sample", lambda x: x)])) == [0, 1, 2], \
+        "the interrupt outlived its command and stopped the next pipeline"
 
 
 @pytest.fixture(scope="module")
