@@ -103,7 +103,7 @@ asan: $(URING)
 
 # The report (docs/benchmarks.md's generated section and docs/bench/*.png):
 # device limits, the epoch grid against PyG and a naive loop at 1, 2 and 4 GiB
-# caps, scaling (3 runs per scale); about 40 minutes on 2 cores. bench-deps installs fio and PyG
+# caps, scaling (5 runs per scale); about 45 minutes on 2 cores. bench-deps installs fio and PyG
 # (its sampler's torch-sparse and torch-scatter are built from source once,
 # 12 to 40 minutes measured here, and cached); where that fails, the report says why.
 bench: setup bench-deps

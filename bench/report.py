@@ -198,8 +198,8 @@ def scaling_table(scaling: dict) -> str:
         for k, f in fits.items():
             if "per_repeat_deviation" in f:
                 lines.append(f"{k} deviations in each repeat: " + "; ".join(map(percentages, f["per_repeat_deviation"]))
-                             + "; the per-scale medians fitted by one line instead: "
-                             + percentages(f["of_medians"]["deviation"]) + ".")
+                             + "; a least-squares line through the per-scale medians instead: "
+                             + percentages(f["least_squares"]["deviation"]) + ".")
     return "\n".join(lines)
 
 
@@ -354,9 +354,11 @@ see `bench/scaling.py`), {"cgroup cap " + scaling['cap'] if scaling['cap'] else 
 first; the rest of each batch's rows come from the packs on disk (O_DIRECT). Each point is the median of
 {scaling.get('repeat', 1)} run(s) (interleaved over the scales); all runs' times are in scaling.json. Offline is
 sampling (the topology's read-ahead included) plus packing; placing the rows in the cache, once per run, is
-apart ({placement_times(scaling)}). The deviations pair the points of one repeat (the scales back to back): each
-repeat is fitted by its own line through the origin and a point's deviation is the median over the repeats,
-since this VM's speed drifts by more than 10 % from one minute to the next, moving whole repeats.
+apart ({placement_times(scaling)}). A point's deviation is its time per node against the line's: in each repeat
+(the scales back to back) the line's slope is the median time per node of the repeat's points, so that every
+scale weighs the same and one stray run cannot tilt it, and a point's deviation is the median of its deviations
+over the repeats, since this VM's speed drifts by more than 10 % from one minute to the next, moving whole
+repeats. The dashed line has the median of the repeats' slopes.
 
 ![scaling]({rel}/scaling.png)
 

@@ -72,7 +72,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--loop-timeout", type=float, default=90.0,
                     help="seconds each PyG memmap and naive run may take (its rate from the batches done)")
     ap.add_argument("--scales", default="0.25,0.5,1,2")
-    ap.add_argument("--scaling-repeat", type=int, default=3, help="runs per scale (medians fitted)")
+    ap.add_argument("--scaling-repeat", type=int, default=5, help="runs per scale, interleaved")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--idle-wait", type=float, default=60.0,
                     help="before each step, wait at most this many seconds for the machine to be idle")

@@ -95,27 +95,32 @@ def test_nvidia_smi_samples_are_parsed():
     assert "error" in parse_nvidia_smi("")
 
 
-def test_linear_fit_measures_deviation_from_a_line_through_the_origin():
-    from bench.scaling import linear_fit
+def test_proportional_fit_is_the_median_time_per_node():
+    from bench.scaling import least_squares_fit, proportional_fit
 
-    exact = linear_fit([1, 2, 4], [3.0, 6.0, 12.0])
+    exact = proportional_fit([1, 2, 4], [3.0, 6.0, 12.0])
     assert exact["seconds_per_million_nodes"] == pytest.approx(3e6) and exact["max_abs_deviation"] < 1e-12
     assert exact["linear"]
-    fixed_cost = linear_fit([1, 2, 4], [4.0, 7.0, 13.0])  # 1 s of overhead is not linear
+    fixed_cost = proportional_fit([1, 2, 4], [4.0, 7.0, 13.0])  # 1 s of overhead is not linear
     assert fixed_cost["deviation"][0] > 0.1 and not fixed_cost["linear"]
+    # One stray point does not move the line; least squares, led by the largest graph, tilts to it.
+    stray = [1.0, 2.0, 4.0, 10.4]
+    assert proportional_fit([1, 2, 4, 8], stray)["deviation"][:3] == pytest.approx([0, 0, 0])
+    assert not least_squares_fit([1, 2, 4, 8], stray)["linear"]  # the smallest graph 18 % below its line
+    assert least_squares_fit([1, 2, 4], [3.0, 6.0, 12.0])["seconds_per_million_nodes"] == pytest.approx(3e6)
 
 
 def test_paired_fit_cancels_drift_between_repeats_but_not_a_bend():
-    from bench.scaling import linear_fit, paired_fit
+    from bench.scaling import paired_fit, proportional_fit
 
     nodes = [1, 2, 4, 8]
     # Repeat 2 ran on a machine 30 % slower throughout, repeat 3 on one 20 % faster, with one run 30 % slow.
     drift = paired_fit(nodes, [[1.0, 2.0, 4.0, 8.0], [1.3, 2.6, 5.2, 10.4], [0.8, 1.6 * 1.3, 3.2, 6.4]])
     assert drift["max_abs_deviation"] < 1e-12 and drift["linear"] and drift["repeats"] == 3
     assert drift["per_repeat_deviation"][2][1] > 0.2  # each repeat's own deviations are kept
-    assert drift["seconds_per_million_nodes"] == pytest.approx(linear_fit(
+    assert drift["seconds_per_million_nodes"] == pytest.approx(proportional_fit(
         nodes, [1.0, 2.0, 4.0, 8.0])["seconds_per_million_nodes"])
     # A point slow in every repeat stays slow.
     bent = paired_fit(nodes, [[1.0, 2.6, 4.0, 8.0], [1.1, 2.9, 4.4, 8.8], [0.9, 2.3, 3.6, 7.2]])
     assert bent["deviation"][1] > 0.2 and not bent["linear"]
-    assert not bent["of_medians"]["linear"]
+    assert not bent["least_squares"]["linear"]
