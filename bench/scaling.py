@@ -16,7 +16,10 @@ the largest graph 64x the smallest over an 8x range, and so asks whether the
 smaller graphs lie near the line through the largest one (it is kept in the
 JSON for comparison, fitted to the per-scale medians: "least_squares").
 With --repeat N every scale runs N times, interleaved: repeat r runs every
-scale once, back to back. This VM's disk and CPU drift by more than 10 %
+scale once, back to back, in ascending order when r is even and descending
+when it is odd. Ascending throughout, 16M ran after 8M every time and sat
+above the line in all 5 repeats of a suite run (+4 to +25 %), while a 16M
+and an 8M run minutes later took 1.22 and 1.23 s offline per million nodes. This VM's disk and CPU drift by more than 10 %
 between minutes (fio's sequential writes 1.0-1.3 GB/s, the same 8M epoch
 42-61 s), which moves a whole repeat up or down but not its shape, so each
 repeat gets its own k and a point's deviation is the median of its
@@ -113,7 +116,8 @@ def main(argv=None) -> dict:
     runs: dict[float, list[dict]] = {scale: [] for scale in scales}
     datasets = {scale: synthetic_workload(work, int(round(base * scale))) for scale in scales}
     for rep in range(args.repeat):  # interleaved, so drift in the machine's speed touches every scale alike
-        for scale in scales:
+        # Descending in odd repeats, so that no scale always runs after the same one.
+        for scale in (scales if rep % 2 == 0 else scales[::-1]):
             ds = open_dataset(datasets[scale])
             host_cache = int(args.host_cache_fraction * ds.num_nodes * ds.row_bytes)
             r = trainer(f"scaling-{ds.num_nodes}", datasets[scale], work, args,
