@@ -56,6 +56,19 @@ def check_regions(ds, packs, regions):
         assert packs.meta["checksums"][r] == xxhash.xxh3_64_hexdigest(rows)
 
 
+@pytest.mark.parametrize("threads", [1, 3])
+def test_plan_holds_each_batchs_uncached_rows_sorted_with_their_positions(epoch, threads):
+    tmp, ds, sf, counts = epoch
+    placement = place(counts, ds.row_bytes, [("host", int(0.2 * ds.num_nodes * ds.row_bytes))])
+    cached = set(placement.tier_ids[0].tolist())
+    p = plan(sf, placement, ds.num_nodes, threads=threads)
+    assert len(p.regions) == len(p.own_pos) == len(sf) and 0 < len(cached) < ds.num_nodes
+    for b, batch in enumerate(sf):
+        want = sorted((int(v), i) for i, v in enumerate(batch.nodes) if int(v) not in cached)
+        assert p.regions[b].tolist() == [v for v, _ in want]
+        assert p.own_pos[b].tolist() == [i for _, i in want] and p.own_pos[b].dtype == np.int32
+
+
 @pytest.mark.parametrize("cache_fraction,max_blowup", [(0.0, None), (0.2, None), (0.0, 1.5), (0.2, 1.0), (2.0, None)])
 def test_pack_files_are_the_oracle_for_any_chunk_budget_and_threads(epoch, cache_fraction, max_blowup):
     tmp, ds, sf, counts = epoch
