@@ -214,6 +214,12 @@ def _figure(title: str, banner_text: str, **kw):
     return plt, fig, ax
 
 
+def _legend(ax, **kw) -> None:
+    # A smoke run's plots can have nothing labelled (no fio, no successful run): no empty legend box then.
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, **kw)
+
+
 def _save(plt, fig, path: Path) -> None:
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     tmp = path.with_name(path.stem + ".tmp.png")
@@ -248,7 +254,7 @@ def plot_epoch(epoch: dict, text: str, path: Path) -> None:
     ax.set_xticks(range(len(groups)), [label for label, _, _ in groups])
     ax.set_yscale("log")
     ax.set_ylabel("ms per batch (lower is better; hatched: lower bound)")
-    ax.legend(fontsize=7, ncol=2)
+    _legend(ax, ncol=2)
     _save(plt, fig, path)
 
 
@@ -269,7 +275,7 @@ def plot_scaling(scaling: dict, text: str, path: Path) -> None:
                     label=f"{label}: linear fit ({fit['max_abs_deviation']:.0%} max deviation)")
     ax.set_xlabel("million nodes")
     ax.set_ylabel("seconds")
-    ax.legend(fontsize=7)
+    _legend(ax)
     _save(plt, fig, path)
 
 
@@ -283,7 +289,7 @@ def plot_disk(epoch: dict, limits: dict, text: str, path: Path) -> None:
         if mbps:
             ax.axvline(mbps, linestyle=style, color="k", label=f"{label}: {mbps:,.0f} MB/s")
     ax.set_xlabel("MB/s read from the disk")
-    ax.legend(fontsize=7)
+    _legend(ax)
     _save(plt, fig, path)
 
 
@@ -300,7 +306,7 @@ def plot_stages(epoch: dict, text: str, path: Path) -> None:
         ax.axvline(r["epoch_s"], color="k", linestyle="--", label=f"epoch {r['epoch_s']:.1f} s")
     ax.set_xlabel("seconds in the epoch")
     ax.invert_yaxis()
-    ax.legend(fontsize=7)
+    _legend(ax)
     _save(plt, fig, path)
 
 

@@ -81,7 +81,7 @@ def test_sampled_blocks_with_all_neighbours_equal_layerwise_inference(small_data
     seeds, outs = [], []
     with torch.no_grad():
         for batch in sf:
-            outs.append(model(sampled_blocks(batch), features[torch.from_numpy(batch.nodes)]))
+            outs.append(model(sampled_blocks(batch), features[torch.from_numpy(np.array(batch.nodes))]))
             seeds.append(batch.seeds)
     seeds = np.concatenate(seeds)
     layerwise = full_neighbour_logits(model, ds, seeds, tmp_path / "inf", batch_size=50)
