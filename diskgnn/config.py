@@ -62,7 +62,8 @@ class TrainConfig:
     eval_fanouts: str | None = field(default=None, metadata={"help": "fanouts of eval batches (default: --fanouts)"})
     eval_max_batches: int | None = field(default=None, metadata={"help": "evaluate on at most N batches"})
     backend: str = field(default="auto", metadata={"help": "reader backend: auto | io_uring | pread | mmap"})
-    read_depth: int = field(default=4, metadata={"help": "batches whose reads are in flight at once"})
+    read_depth: int | None = field(default=None, metadata={
+        "help": "batches whose reads are in flight at once (default: 4, fewer where --memory-budget needs it)"})
     threads: int | None = field(default=None, metadata={"help": "sampling and packing threads (default: cores)"})
     workdir: str | None = field(default=None, metadata={
         "help": "where samples, packs, checkpoints and the summary go (default: $DISKGNN_HOME/runs/NAME)"})
@@ -87,10 +88,10 @@ class TrainConfig:
             raise DiskgnnError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")
         if len(self.eval_fanout_list) != len(fanouts):
             raise DiskgnnError(f"--eval-fanouts {self.eval_fanouts}: needs {len(fanouts)} values, one per layer")
-        for name in ("batch_size", "hidden", "epochs", "read_depth", "heads"):
+        for name in ("batch_size", "hidden", "epochs", "heads"):
             if getattr(self, name) < 1:
                 raise DiskgnnError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        for name in ("max_batches", "eval_max_batches", "threads"):
+        for name in ("max_batches", "eval_max_batches", "threads", "read_depth"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise DiskgnnError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if not 0 <= self.dropout < 1:

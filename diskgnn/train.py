@@ -22,6 +22,7 @@ import platform
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -47,7 +48,9 @@ from .units import format_size, parse_size
 DEFAULT_SYNTHETIC = dict(nodes=2_000_000, feat_dim=128, avg_degree=10, classes=16, seed=0)
 DEFAULT_SPLITS = (0.1, 0.05, 0.05)
 BASE_RSS = 450 << 20  # Python, torch and the extension before any data
-PACK_MEMORY = 256 << 20  # the packer's chunk and staging buffers, at least
+READ_DEPTH = 4  # batches whose reads are in flight, unless the budget needs fewer
+PACK_MEMORY = 256 << 20  # the packer's chunk and staging buffers, at least where the budget has room
+MIN_PACK_MEMORY = 64 << 20  # where it has not (smaller writes, slower packing)
 MAX_PACK_MEMORY = 2 << 30  # and at most, where the budget leaves room
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -77,24 +80,84 @@ def default_dataset(progress: bool, path: Path | None = None) -> Path:
                    overwrite=True, synthetic=DEFAULT_SYNTHETIC, progress=progress, report=True)
 
 
-def _batch_rows(ds: Dataset, batch_size: int, fanouts: list[int]) -> int:
-    """Upper bound on the input nodes of one batch."""
-    rows = nodes = batch_size
+def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple[int, int, int]]:
+    """Upper bounds on each model layer's (source rows, destination rows, edges) for one batch, input
+    layer first; the first layer's sources are the batch's input rows."""
+    hops = [batch_size]  # nodes first reached at each hop, seeds first
     for f in fanouts:
-        nodes = ds.num_nodes if f < 0 else nodes * f
-        rows = min(ds.num_nodes, rows + nodes)
-    return rows
+        hops.append(ds.num_nodes if f < 0 else hops[-1] * f)
+    reached = [min(ds.num_nodes, sum(hops[: k + 1])) for k in range(len(hops))]
+    layers = []
+    for k in range(len(fanouts), 0, -1):  # the block from hop k's nodes into hop k - 1's
+        f = fanouts[k - 1]
+        edges = ds.num_edges if f < 0 else min(ds.num_edges, reached[k - 1] * f)
+        layers.append((reached[k], reached[k - 1], edges))
+    return layers
 
 
-def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> int:
+def activation_bytes(model: str, layers: list[tuple[int, int, int]], dims: list[int], heads: int) -> int:
+    """Bound on one training step's temporaries and their gradients (models.py's layers).
+
+    Measured on W1's batches (44k input rows, hidden 256): sage 95 MiB, gat 364 MiB, against 153 and
+    686 MiB here at the batch's bound (63k rows)."""
+    total = 0
+    for (n_src, n_dst, edges), d_in, d_out in zip(layers, dims, dims[1:]):
+        if model == "gat":
+            # the projection of every source row, a message per edge (self-loops included) and its
+            # weighted copy, per-edge attention scalars per head; backward doubles them
+            messages = edges + n_dst
+            total += 3 * (n_src + 2 * messages) * d_out + 8 * messages * heads
+        else:
+            # on destination rows only: the neighbour mean (d_in), two linear maps, their sum, ReLU and
+            # dropout (d_out each); backward doubles them
+            total += 2 * n_dst * (d_in + 6 * d_out)
+    if model == "gat":
+        total += 2 * layers[0][0] * dims[0]  # GAT's dropout on the input rows
+    return 4 * total
+
+
+def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = READ_DEPTH,
+                pack_memory: int = PACK_MEMORY) -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget."""
-    rows = _batch_rows(ds, cfg.batch_size, cfg.fanout_list)
+    layers = batch_layers(ds, cfg.batch_size, cfg.fanout_list)
+    rows = layers[0][0]
     # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
     # the queues between), float32 model input after it (two queued, one being trained).
-    queued = rows * ((cfg.read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-    activations = 4 * rows * max(cfg.hidden, ds.feature_dim) * 4  # the batch being trained
+    queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
+    dims = [ds.feature_dim] + [cfg.hidden] * (len(layers) - 1) + [ds.num_classes]
+    activations = activation_bytes(cfg.model, layers, dims, cfg.heads)
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    return BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + PACK_MEMORY
+    return BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
+
+
+@dataclass
+class Fit:
+    """What the memory budget holds: the reads in flight, the packer's buffers and the working set."""
+
+    read_depth: int
+    pack_memory: int
+    need: int
+
+
+def fit_budget(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Fit:
+    """The deepest reads (--read-depth, or READ_DEPTH down to 1), then the larger packer floor, that
+    --memory-budget holds beside an explicit --host-cache: a small budget trades read-ahead and pack
+    write sizes for fitting at all."""
+    budget = parse_size(cfg.memory_budget)
+    host = 0 if cfg.host_cache == "auto" else parse_size(cfg.host_cache)
+    depths = [cfg.read_depth] if cfg.read_depth is not None else range(READ_DEPTH, 0, -1)
+    floors = (0,) if cfg.sampling == "online" else (PACK_MEMORY, MIN_PACK_MEMORY)  # online sampling packs nothing
+    for depth in depths:
+        for pack in floors:
+            need = working_set(ds, source, cfg, depth, pack)
+            if need + host <= budget:
+                return Fit(depth, pack, need)
+    smallest = working_set(ds, source, cfg, depths[-1], floors[-1])
+    if host and smallest <= budget:
+        raise DiskgnnError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
+                           f"exceed --memory-budget {cfg.memory_budget}")
+    raise DiskgnnError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
+                       f"about {format_size(smallest)} (lower --batch-size or --fanouts, or raise the budget)")
 
 
 def resolve_device(cfg: TrainConfig) -> str:
@@ -106,23 +169,15 @@ def resolve_device(cfg: TrainConfig) -> str:
     return cfg.device
 
 
-def tier_budgets(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str) -> list[tuple[str, int]]:
+def tier_budgets(source: FeatureSource, cfg: TrainConfig, device: str, fit: Fit) -> list[tuple[str, int]]:
     """(tier, bytes) from the fastest: the device cache with CUDA, then the host cache; no tier
     larger than all the stored rows."""
-    budget = parse_size(cfg.memory_budget)
-    need = working_set(ds, source, cfg)
     features = source.num_rows * source.row_bytes
-    if budget < need:
-        raise DiskgnnError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
-                           f"about {format_size(need)} (lower --batch-size, --fanouts or --read-depth, or raise "
-                           "the budget)")
     if cfg.host_cache == "auto":
-        host = min(features, (budget - need) // 2)  # the other half: page cache for segments and the OS
+        # the other half: page cache for segments and the OS
+        host = min(features, (parse_size(cfg.memory_budget) - fit.need) // 2)
     else:
         host = parse_size(cfg.host_cache)
-        if host + need > budget:
-            raise DiskgnnError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(need)}) "
-                               f"exceed --memory-budget {cfg.memory_budget}")
     tiers = [("host", host)]
     if device != "cpu":
         if cfg.device_cache == "auto":
@@ -189,6 +244,7 @@ class Run:
         self.stage_times: dict[str, StageTime] = {}
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
+        self.read_depth: int | None = None  # the plan's, from --read-depth and the budget
         self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
         self.backend = cfg.backend
 
@@ -204,15 +260,21 @@ class Run:
               + (f" ({smaller:.1f}x smaller than features.bin)" if smaller != 1 else "")
               + f", {format_size(feats)} in {source.path.name}; packs, caches and reads move these rows, decoded "
               "on the training device")
-        budgets = tier_budgets(ds, source, cfg, self.device)
-        need = working_set(ds, source, cfg)
-        print(f"plan: memory budget {cfg.memory_budget}: working set ~{format_size(need)}, "
-              + ", ".join(f"{name} cache {format_size(b)} ({b // source.row_bytes:,} rows)" for name, b in budgets)
+        fit = fit_budget(ds, source, cfg)
+        self.read_depth, need = fit.read_depth, fit.need
+        budgets = tier_budgets(source, cfg, self.device, fit)
+        squeezed = (cfg.read_depth is None and fit.read_depth < READ_DEPTH) or fit.pack_memory < PACK_MEMORY
+        print(f"plan: memory budget {cfg.memory_budget}: working set ~{format_size(need)} with reads of "
+              f"{fit.read_depth} batches in flight"
+              + (f" and packer buffers from {format_size(fit.pack_memory)} (the defaults, {READ_DEPTH} and "
+                 f"{format_size(PACK_MEMORY)}, do not fit)" if squeezed else "")
+              + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // source.row_bytes:,} rows)"
+                                  for name, b in budgets)
               + f"; device {self.device}; sampling {cfg.sampling}; model {cfg.model} "
               f"(fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})")
         info = {"features": source.name, "row_bytes": source.row_bytes, "feature_bytes": feats,
                 "tier_budgets": dict(budgets), "tier_rows": {name: b // source.row_bytes for name, b in budgets},
-                "working_set_bytes": need}
+                "working_set_bytes": need, "read_depth": fit.read_depth}
         if cfg.sampling == "online":
             print("plan: online sampling: no placement (future accesses unknown); every row is read from "
                   f"{source.path.name}")
@@ -224,8 +286,8 @@ class Run:
         page_cache = parse_size(cfg.memory_budget) - need - min(feats, dict(budgets)["host"])
         topology = topology_bytes(ds)
         read_ahead = topology <= page_cache
-        pack_memory = PACK_MEMORY + min(MAX_PACK_MEMORY - PACK_MEMORY,
-                                        max(0, page_cache - (topology if read_ahead else 0)) // 2)
+        pack_memory = fit.pack_memory + min(MAX_PACK_MEMORY - fit.pack_memory,
+                                            max(0, page_cache - (topology if read_ahead else 0)) // 2)
         print(f"plan: topology {format_size(topology)}: "
               + ("read ahead into the page cache before each sampling pass" if read_ahead else
                  f"sampled through page faults (the budget leaves {format_size(max(0, page_cache))} of page cache)")
@@ -271,7 +333,7 @@ class Run:
         if cfg.sampling == "online":
             return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
-                                read_depth=cfg.read_depth, backend=cfg.backend, features=self.source)
+                                read_depth=self.read_depth, backend=cfg.backend, features=self.source)
         files = self.epochs.files(epoch)
         return self._offline_loader(files)
 
@@ -279,14 +341,14 @@ class Run:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source)
         self.backend = store.backend
-        return OfflineLoader(files.samples, store, self.labels, self.device, self.cfg.read_depth)
+        return OfflineLoader(files.samples, store, self.labels, self.device, self.read_depth)
 
     def eval_loader(self, split: str):
         cfg, seeds = self.cfg, self.ds.split(split)
         if cfg.sampling == "online":
             return OnlineLoader(self.ds, seeds, fanouts=cfg.eval_fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=EVAL_EPOCH[split], labels=self.labels, device=self.device,
-                                read_depth=cfg.read_depth, backend=cfg.backend, features=self.source)
+                                read_depth=self.read_depth, backend=cfg.backend, features=self.source)
         return self._offline_loader(self.eval_files[split])
 
     # -- one pass -------------------------------------------------------------------------------

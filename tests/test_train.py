@@ -12,7 +12,9 @@ from diskgnn.errors import DiskgnnError, run_cli
 from diskgnn.format import open_dataset
 from diskgnn.pipeline import Pipeline, PipelineError, Stage
 from diskgnn.prepare import prepare
-from diskgnn.train import train, working_set
+from diskgnn.sample import sample_epoch
+from diskgnn.train import (MIN_PACK_MEMORY, PACK_MEMORY, READ_DEPTH, activation_bytes, batch_layers, train,
+                           working_set)
 from conftest import random_graph, run_module, write_npy_dir
 
 
@@ -159,6 +161,85 @@ def test_corrupted_checkpoint_is_refused(dataset, tmp_path):
     last.write_bytes(bytes(data))
     with pytest.raises(DiskgnnError, match="last.pt: fails its checksum"):
         train(config(dataset, tmp_path / "k", epochs=2, resume=True))
+
+
+@pytest.mark.parametrize("fanouts", [[4, 3], [-1, 3], [50, 50]])
+def test_batch_layers_bound_every_sampled_batch(dataset, tmp_path, fanouts):
+    ds = open_dataset(dataset)
+    bounds = batch_layers(ds, 47, fanouts)
+    for batch in sample_epoch(ds, tmp_path / "s.samples", fanouts=fanouts, batch_size=47, seed=0, epoch=0,
+                              seeds=ds.split("train")):
+        actual = [(b.num_src, b.num_dst, b.indices.size) for b in batch.blocks[::-1]]
+        assert actual[0][0] == batch.nodes.size
+        for got, bound in zip(actual, bounds):
+            assert all(g <= b for g, b in zip(got, bound)), (got, bound)
+
+
+STEP_MEMORY = """
+import json, sys
+import numpy as np, torch, torch.nn.functional as F
+from diskgnn.format import open_dataset
+from diskgnn.memory import AnonPeak, limit_malloc_arenas, _status_kib
+from diskgnn.models import GNN, sampled_blocks
+from diskgnn.sample import sample_epoch
+from diskgnn.train import activation_bytes
+limit_malloc_arenas()
+data, kind, work = sys.argv[1:4]
+ds = open_dataset(data)
+batch = next(iter(sample_epoch(ds, work, fanouts=[10, 5], batch_size=512, seed=0, epoch=0, seeds=ds.split("train"))))
+blocks = sampled_blocks(batch)
+x = torch.from_numpy(np.array(ds.features)[batch.nodes])
+y = torch.from_numpy(np.asarray(ds.labels)[batch.seeds].astype(np.int64))
+model = GNN(kind, ds.feature_dim, 128, ds.num_classes, 2, 0.5)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+base = _status_kib("RssAnon:") * 1024
+with AnonPeak(0.0005) as peak:
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(blocks, x), y).backward()
+        opt.step()
+layers = [(b.num_src, b.num_dst, b.indices.size) for b in batch.blocks[::-1]]
+dims = [ds.feature_dim, 128, ds.num_classes]
+print(json.dumps({"measured": peak.peak_bytes - base, "estimate": activation_bytes(kind, layers, dims, 4)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def wide_dataset(tmp_path_factory):
+    """Large enough that one step's temporaries (tens of MiB) stand out of the allocator's noise."""
+    tmp = tmp_path_factory.mktemp("wide")
+    g = random_graph(n=20000, e=200000, d=64, classes=8, seed=2)
+    return prepare(write_npy_dir(tmp / "src", g), tmp / "ds", progress=False)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+def test_activation_bytes_bound_what_a_training_step_takes(wide_dataset, tmp_path, kind):
+    import subprocess
+    import sys
+
+    # a fresh process: memory freed by earlier tests would otherwise be reused unseen
+    proc = subprocess.run([sys.executable, "-c", STEP_MEMORY, str(wide_dataset), kind, str(tmp_path / "s")],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout)
+    assert r["measured"] > 4 << 20, r  # the measurement saw the step at all
+    assert r["estimate"] >= r["measured"], r
+
+
+def test_small_budget_reads_fewer_batches_ahead_and_packs_with_smaller_buffers(dataset, tmp_path):
+    ds = open_dataset(dataset)
+    source = ds.feature_source()
+    cfg = config(dataset, tmp_path / "f", epochs=1, host_cache="auto")
+    tight = working_set(ds, source, cfg, read_depth=2, pack_memory=MIN_PACK_MEMORY)
+    assert tight < working_set(ds, source, cfg, read_depth=1, pack_memory=PACK_MEMORY)
+    summary = train(config(dataset, tmp_path / "f", epochs=1, host_cache="auto", memory_budget=str(tight)))
+    plan = summary["plan"]
+    assert plan["read_depth"] == 2 and plan["working_set_bytes"] == tight
+    assert MIN_PACK_MEMORY <= plan["pack_memory_bytes"] < PACK_MEMORY
+    roomy = train(config(dataset, tmp_path / "g", epochs=1))
+    assert roomy["plan"]["read_depth"] == READ_DEPTH and roomy["train_loss"] == summary["train_loss"]
+    with pytest.raises(DiskgnnError, match="is too small"):  # an explicit depth is kept, not lowered
+        train(config(dataset, tmp_path / "h", epochs=1, host_cache="auto", memory_budget=str(tight),
+                      read_depth=READ_DEPTH))
 
 
 def test_config_file_and_flags(tmp_path):
