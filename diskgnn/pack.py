@@ -28,8 +28,8 @@ then of its shared rows and their slots in the segment region).
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 

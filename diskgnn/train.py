@@ -38,7 +38,7 @@ from .errors import DiskgnnError, raise_if_interrupted, run_cli
 from .format import Dataset, FeatureSource, open_dataset, read_manifest
 from .loader import OfflineLoader, OnlineLoader
 from .memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
-from .models import GNN
+from .models import GNN, activation_bytes, layer_dims
 from .pipeline import StageTime
 from .sample import topology_bytes
 from .store import FeatureStore, load_tiers
@@ -95,27 +95,6 @@ def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple
     return layers
 
 
-def activation_bytes(model: str, layers: list[tuple[int, int, int]], dims: list[int], heads: int) -> int:
-    """Bound on one training step's temporaries and their gradients (models.py's layers).
-
-    Measured on W1's batches (44k input rows, hidden 256): sage 95 MiB, gat 364 MiB, against 153 and
-    686 MiB here at the batch's bound (63k rows)."""
-    total = 0
-    for (n_src, n_dst, edges), d_in, d_out in zip(layers, dims, dims[1:]):
-        if model == "gat":
-            # the projection of every source row, a message per edge (self-loops included) and its
-            # weighted copy, per-edge attention scalars per head; backward doubles them
-            messages = edges + n_dst
-            total += 3 * (n_src + 2 * messages) * d_out + 8 * messages * heads
-        else:
-            # on destination rows only: the neighbour mean (d_in), two linear maps, their sum, ReLU and
-            # dropout (d_out each); backward doubles them
-            total += 2 * n_dst * (d_in + 6 * d_out)
-    if model == "gat":
-        total += 2 * layers[0][0] * dims[0]  # GAT's dropout on the input rows
-    return 4 * total
-
-
 def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = READ_DEPTH,
                 pack_memory: int = PACK_MEMORY) -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget."""
@@ -124,7 +103,7 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
     # the queues between), float32 model input after it (two queued, one being trained).
     queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-    dims = [ds.feature_dim] + [cfg.hidden] * (len(layers) - 1) + [ds.num_classes]
+    dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
     activations = activation_bytes(cfg.model, layers, dims, cfg.heads)
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
     return BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory

@@ -13,8 +13,7 @@ from diskgnn.format import open_dataset
 from diskgnn.pipeline import Pipeline, PipelineError, Stage
 from diskgnn.prepare import prepare
 from diskgnn.sample import sample_epoch
-from diskgnn.train import (MIN_PACK_MEMORY, PACK_MEMORY, READ_DEPTH, activation_bytes, batch_layers, train,
-                           working_set)
+from diskgnn.train import MIN_PACK_MEMORY, PACK_MEMORY, READ_DEPTH, batch_layers, train, working_set
 from conftest import random_graph, run_module, write_npy_dir
 
 
@@ -180,9 +179,8 @@ import json, sys
 import numpy as np, torch, torch.nn.functional as F
 from diskgnn.format import open_dataset
 from diskgnn.memory import AnonPeak, limit_malloc_arenas, _status_kib
-from diskgnn.models import GNN, sampled_blocks
+from diskgnn.models import GNN, activation_bytes, layer_dims, sampled_blocks
 from diskgnn.sample import sample_epoch
-from diskgnn.train import activation_bytes
 limit_malloc_arenas()
 data, kind, work = sys.argv[1:4]
 ds = open_dataset(data)
@@ -199,7 +197,7 @@ with AnonPeak(0.0005) as peak:
         F.cross_entropy(model(blocks, x), y).backward()
         opt.step()
 layers = [(b.num_src, b.num_dst, b.indices.size) for b in batch.blocks[::-1]]
-dims = [ds.feature_dim, 128, ds.num_classes]
+dims = layer_dims(ds.feature_dim, 128, ds.num_classes, len(layers))
 print(json.dumps({"measured": peak.peak_bytes - base, "estimate": activation_bytes(kind, layers, dims, 4)}))
 """
 
