@@ -117,7 +117,7 @@ bench-deps: setup
 	@$(VPY) -m bench.peers.pyg --install || echo "bench: PyG could not be installed: its rows will say why"
 
 bench-smoke: setup
-	$(VPY) -m pytest -q tests/test_bench_smoke.py
+	$(VPY) -m pytest -q tests/bench/test_bench_smoke.py
 
 clean:
 	rm -rf build diskgnn/_native*.so *.egg-info

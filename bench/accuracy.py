@@ -45,12 +45,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from diskgnn.config import TrainConfig
+from diskgnn.data.builtin import default_dataset
+from diskgnn.data.features import RAW_FEATURES, feature_source
+from diskgnn.data.format import open_dataset, read_manifest
+from diskgnn.data.prepare import prepare
+from diskgnn.data.quantize.cli import quantize_dataset
+from diskgnn.data.quantize.spec import canonical_spec, parse_spec, spec_slug
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import RAW_FEATURES, open_dataset, read_manifest
-from diskgnn.prepare import prepare
-from diskgnn.quantize import canonical_spec, parse_spec, quantize_dataset, spec_slug
-from diskgnn.train import default_dataset, train, versions
+from diskgnn.train.config import TrainConfig
+from diskgnn.train.run import train, versions
 
 from .common import machine_info, write_json
 from .reference import load, reference_train
@@ -109,7 +112,7 @@ BATCH_SIZE = 1024
 # sample cold, so later epochs pack a few (7 % of the rows read on Cora); a partial tier would pack most of
 # every 2-hop neighbourhood (up to 27 KB a row on Coauthor CS) to disk and read it back, every epoch of
 # every run, on a disk shared with timing benchmarks. Where a row comes from does not change its bytes
-# (tests/test_store.py checks the store against a gather); --host-cache-fraction below 1 exercises more
+# (tests/store/test_store.py checks the store against a gather); --host-cache-fraction below 1 exercises more
 # of the packs (the smoke test does).
 HOST_CACHE_FRACTION = 1.0
 # Page-cache reads for the same reason: online epochs read every sampled row from the feature file.
@@ -200,7 +203,7 @@ def diskgnn_run(data: Path, model: str, seed: int, epochs: int, mode: str, host_
     `limits`: max_batches / eval_max_batches."""
     ds = open_dataset(data)
     # The tier's share is of the rows the run moves: code rows for a quantized variant.
-    row_bytes = ds.feature_source(features).row_bytes
+    row_bytes = feature_source(ds, features).row_bytes
     cfg = TrainConfig(data=str(data), model=model, fanouts=FANOUTS, batch_size=BATCH_SIZE, epochs=epochs,
                       seed=seed, sampling=mode, workdir=str(workdir), progress=False, backend=BACKEND,
                       memory_budget=MEMORY_BUDGET, features=features,
@@ -288,7 +291,7 @@ Bounds: |offline − reference| ≤ {BOUNDS['offline_vs_reference']} and |offlin
 
 All three select the epoch with the best val accuracy and report its test accuracy. With sampling and
 dropout off (fanouts -1,-1, dropout 0), `diskgnn.train` and the reference take the same steps from the
-same weights and have the same val accuracy at every epoch (`tests/test_accuracy_smoke.py` checks it on
+same weights and have the same val accuracy at every epoch (`tests/bench/test_accuracy_smoke.py` checks it on
 Cora), so offline − reference is what sampling costs plus the noise of different dropout masks.
 
 {table(result["aggregate"])}

@@ -94,7 +94,7 @@ W1 = dict(feat_dim=128, avg_degree=10, classes=16, seed=0)  # the W1 workload, a
 
 def synthetic_workload(directory: Path, nodes: int) -> Path:
     """W1's recipe at `nodes` nodes under `directory`, prepared once and reused."""
-    from diskgnn.prepare import prepare
+    from diskgnn.data.prepare import prepare
 
     path = Path(directory) / f"synthetic-{nodes}"
     if not (path / "manifest.json").exists():

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import torch
 
-from diskgnn.format import open_dataset
+from diskgnn.data.format import open_dataset
 from diskgnn.units import format_size, parse_size
 
 from .common import GpuUtilisation, drop_caches, machine_info, synthetic_workload, write_json

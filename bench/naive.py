@@ -27,9 +27,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diskgnn.format import open_dataset
-from diskgnn.models import GNN, sampled_blocks
-from diskgnn.sample import batch_key, epoch_seeds, open_graph, sample_batch
+from diskgnn.data.format import open_dataset
+from diskgnn.loading.blocks import sampled_blocks
+from diskgnn.nn.models import GNN
+from diskgnn.offline.sample import batch_key, epoch_seeds, open_graph, sample_batch
 
 from .epoch import add_loop_args
 

@@ -17,11 +17,10 @@ import argparse
 import time
 from pathlib import Path
 
-
-from diskgnn.format import open_dataset
-from diskgnn.pack import pack_epoch, plan
-from diskgnn.placement import access_counts, place
-from diskgnn.sample import sample_epoch
+from diskgnn.data.format import open_dataset
+from diskgnn.offline.pack import pack_epoch, plan
+from diskgnn.offline.placement import access_counts, place
+from diskgnn.offline.sample import sample_epoch
 from diskgnn.units import format_size
 
 from .common import disk_seq_write_bandwidth, drop_caches, machine_info, synthetic_workload, write_json

@@ -31,8 +31,10 @@ import time
 from pathlib import Path
 from statistics import median
 
-from diskgnn.format import RAW_FEATURES, open_dataset
-from diskgnn.quantize import canonical_spec, quantize_dataset
+from diskgnn.data.features import RAW_FEATURES
+from diskgnn.data.format import open_dataset
+from diskgnn.data.quantize.cli import quantize_dataset
+from diskgnn.data.quantize.spec import canonical_spec
 from diskgnn.units import format_size, parse_size
 
 from .common import cpu_seconds, machine_info, synthetic_workload, wait_for_idle, write_json

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 import diskgnn
-from diskgnn.reader import FileReader
+from diskgnn.io.reader import FileReader
 from diskgnn.units import format_size, parse_size
 
 from .common import drop_caches, fio, machine_info, wait_for_idle_disk, write_json

@@ -42,9 +42,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from diskgnn.format import open_dataset
-from diskgnn.inference import full_block
-from diskgnn.models import GNN, TensorBlock
+from diskgnn.data.format import open_dataset
+from diskgnn.loading.blocks import TensorBlock, full_block
+from diskgnn.nn.models import GNN
 
 
 @dataclass

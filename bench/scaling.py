@@ -44,7 +44,7 @@ from statistics import median
 
 import numpy as np
 
-from diskgnn.format import open_dataset
+from diskgnn.data.format import open_dataset
 from diskgnn.units import format_size, parse_size
 
 from .common import machine_info, synthetic_workload, write_json

@@ -1,5 +1,6 @@
 """User-facing errors and the CLI wrapper that prints them as one line."""
 
+import importlib
 import signal
 import sys
 import threading
@@ -36,7 +37,11 @@ def raise_if_interrupted() -> None:
 
 
 def run_cli(command: str, main, argv=None) -> int:
-    """Runs ``main(argv)`` and turns user errors into a one-line message."""
+    """Runs ``main(argv)`` and turns user errors into a one-line message.
+
+    ``main`` may be a module's name: its ``main`` is imported inside, so that an
+    error met on import (a bad DISKGNN_* setting) is reported as one line too.
+    """
     global _interrupted
     _interrupted = False
     own_handler = (threading.current_thread() is threading.main_thread()
@@ -44,6 +49,8 @@ def run_cli(command: str, main, argv=None) -> int:
     if own_handler:
         signal.signal(signal.SIGINT, _on_sigint)
     try:
+        if isinstance(main, str):
+            main = importlib.import_module(main).main
         main(argv)
     except DiskgnnError as e:
         print(f"{command}: error: {e}", file=sys.stderr)

@@ -1,5 +1,6 @@
 // The only translation unit that includes pybind11: it declares what the
-// native library exports to Python and holds no logic of its own.
+// native library exports to Python and holds no logic of its own. It has no
+// defaults either: every option comes from diskgnn/defaults.py.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -74,9 +75,9 @@ PYBIND11_MODULE(_native, m) {
              py::gil_scoped_release release;
              return std::make_unique<diskgnn::file_reader>(path, o);
            }),
-           py::arg("path"), py::arg("backend") = "auto", py::arg("direct") = "auto", py::arg("queue_depth") = 64,
-           py::arg("num_rings") = 1, py::arg("submit_batch") = 4, py::arg("max_request_bytes") = 1 << 20,
-           py::arg("max_gap_bytes") = 0, py::arg("register_buffers") = true)
+           py::arg("path"), py::arg("backend"), py::arg("direct"), py::arg("queue_depth"), py::arg("num_rings"),
+           py::arg("submit_batch"), py::arg("max_request_bytes"), py::arg("max_gap_bytes"),
+           py::arg("register_buffers"))
       .def(
           "submit_gather",
           [](diskgnn::file_reader& self, const py::array_t<int64_t, py::array::c_style>& ids, uint64_t row_bytes,
@@ -228,9 +229,8 @@ PYBIND11_MODULE(_native, m) {
         return d;
       },
       py::arg("features_path"), py::arg("num_rows"), py::arg("row_bytes"), py::arg("ids"), py::arg("starts"),
-      py::arg("offsets"), py::arg("out_path"), py::arg("chunk_bytes") = 64 << 20, py::arg("memory_budget") = 1 << 30,
-      py::arg("max_write_bytes") = 4 << 20, py::arg("threads") = 2, py::arg("write_depth") = 8,
-      py::arg("direct") = "auto",
+      py::arg("offsets"), py::arg("out_path"), py::arg("chunk_bytes"), py::arg("memory_budget"),
+      py::arg("max_write_bytes"), py::arg("threads"), py::arg("write_depth"), py::arg("direct"),
       "Writes a pack file in one pass over the features (layout in packer.h); returns the regions' XXH3-64 "
       "checksums and I/O statistics.");
 }

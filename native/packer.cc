@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "aligned_buffer.h"
+#include "file_io.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -27,19 +28,19 @@ namespace diskgnn {
 
 namespace {
 
-constexpr uint64_t block = 4096;
+constexpr uint64_t block = file_io::block_bytes;
 constexpr uint64_t staging_share_of_pack = 16;  // staging buffers hold at most 1/16 of a pack's bytes
 
-uint64_t align_down(uint64_t x) { return x & ~(block - 1); }
-uint64_t align_up(uint64_t x) { return (x + block - 1) & ~(block - 1); }
+using file_io::align_down;
+using file_io::align_up;
+using file_io::errno_text;
+using file_io::fd_guard;
 
 using steady = std::chrono::steady_clock;
 
 uint64_t nanos_since(steady::time_point t) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now() - t).count());
 }
-
-std::string errno_text(int e) { return std::strerror(e); }
 
 // Every buffer of one pack, carved from one anonymous mapping (transparent
 // huge pages where the kernel gives them: faulting in a gigabyte of 4 KiB
@@ -74,72 +75,33 @@ class arena {
 };
 
 
-class fd_guard {
- public:
-  explicit fd_guard(int fd = -1) : fd_(fd) {}
-  ~fd_guard() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_;
-};
-
-// Reads bytes [offset, offset + need) into buf, asking for `ask` >= need
-// bytes (O_DIRECT reads whole blocks, the file may end sooner) and retrying
-// short reads. A file that ends before `need` is a short file.
-void read_at_least(int fd, const std::string& path, uint8_t* buf, uint64_t ask, uint64_t need, uint64_t offset) {
-  uint64_t got = 0;
-  while (got < need) {
-    const ssize_t n = ::pread(fd, buf + got, ask - got, static_cast<off_t>(offset + got));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      throw io_error(path, offset + got, e,
-                     "read of " + std::to_string(ask - got) + " bytes at offset " + std::to_string(offset + got) +
-                         " failed: " + errno_text(e));
-    }
-    if (n == 0) {
-      throw short_file_error(path + ": ends at byte " + std::to_string(offset + got) + ", before the " +
-                             std::to_string(offset + need) + " bytes the feature rows need: file shorter than expected");
-    }
-    got += static_cast<uint64_t>(n);
-  }
-}
-
-void write_all(int fd, const std::string& path, const uint8_t* buf, uint64_t len, uint64_t offset) {
-  uint64_t done = 0;
-  while (done < len) {
-    const ssize_t n = ::pwrite(fd, buf + done, len - done, static_cast<off_t>(offset + done));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      throw io_error(path, offset + done, e,
-                     "write of " + std::to_string(len - done) + " bytes at offset " + std::to_string(offset + done) +
-                         " failed: " + errno_text(e));
-    }
-    if (n == 0) throw io_error(path, offset + done, EIO, "write at offset " + std::to_string(offset + done) + " wrote nothing");
-    done += static_cast<uint64_t>(n);
-  }
-}
-
 struct opened_file {
   int fd = -1;
   bool direct = false;
   std::string why_buffered;  // empty when direct
 };
+
+// The file opened again with O_DIRECT where its first block transfers that way, else `buffered`
+// (the same file opened without it). A full or failing disk is an error, not a reason to buffer.
+opened_file with_direct(fd_guard& buffered, const std::string& path, int flags, bool probe, direct_mode mode) {
+  opened_file result;
+  result.why_buffered = "direct I/O switched off";
+  if (mode != direct_mode::off) {
+    file_io::direct_open d = file_io::open_direct(path, flags, probe);
+    if (d.fd >= 0) {
+      result.fd = d.fd;
+      result.direct = true;
+      result.why_buffered.clear();
+      return result;
+    }
+    const int e = d.error_number;
+    if (e == ENOSPC || e == EDQUOT || e == EIO) throw io_error(path, 0, e, d.why);
+    result.why_buffered = d.why;
+    if (mode == direct_mode::on) throw io_error(path, 0, e, d.why + " (direct I/O required)");
+  }
+  result.fd = buffered.release();
+  return result;
+}
 
 // The feature file, with O_DIRECT where a first block reads that way (some
 // file systems take O_DIRECT at open and refuse the reads).
@@ -155,32 +117,7 @@ opened_file open_features(const std::string& path, uint64_t need_bytes, direct_m
     throw short_file_error(path + ": " + std::to_string(st.st_size) + " bytes, the feature rows need " +
                            std::to_string(need_bytes) + ": file shorter than expected");
   }
-  opened_file result;
-  result.why_buffered = "direct I/O switched off";
-  if (mode != direct_mode::off) {
-    fd_guard direct(::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC));
-    int e = errno;
-    if (direct.get() >= 0) {
-      aligned_buffer probe(block, block);
-      ssize_t n;
-      do {
-        n = ::pread(direct.get(), probe.data(), block, 0);
-      } while (n < 0 && errno == EINTR);
-      e = errno;
-      if (n >= 0) {
-        result.fd = direct.release();
-        result.direct = true;
-        result.why_buffered.clear();
-        return result;
-      }
-      result.why_buffered = "reading with O_DIRECT failed: " + errno_text(e);
-    } else {
-      result.why_buffered = "opening with O_DIRECT failed: " + errno_text(e);
-    }
-    if (mode == direct_mode::on) throw io_error(path, 0, e, result.why_buffered + " (direct I/O required)");
-  }
-  result.fd = fd.release();
-  return result;
+  return with_direct(fd, path, O_RDONLY, true, mode);
 }
 
 // The pack file, created at its full size (space reserved up front where the
@@ -198,36 +135,7 @@ opened_file open_pack(const std::string& path, uint64_t size, direct_mode mode) 
     if (e == EOPNOTSUPP || e == EINVAL) e = ::ftruncate(fd.get(), static_cast<off_t>(size)) == 0 ? 0 : errno;
     if (e != 0) throw io_error(path, 0, e, "cannot reserve " + std::to_string(size) + " bytes: " + errno_text(e));
   }
-  opened_file result;
-  result.why_buffered = "direct I/O switched off";
-  if (mode != direct_mode::off) {
-    fd_guard direct(::open(path.c_str(), O_WRONLY | O_DIRECT | O_CLOEXEC));
-    int e = errno;
-    if (direct.get() >= 0) {
-      ssize_t n = 0;
-      if (size >= block) {
-        aligned_buffer zeros(block, block);
-        std::memset(zeros.data(), 0, block);
-        do {
-          n = ::pwrite(direct.get(), zeros.data(), block, 0);
-        } while (n < 0 && errno == EINTR);
-        e = errno;
-      }
-      if (n >= 0) {
-        result.fd = direct.release();
-        result.direct = true;
-        result.why_buffered.clear();
-        return result;
-      }
-      if (e == ENOSPC || e == EDQUOT || e == EIO) throw io_error(path, 0, e, "write failed: " + errno_text(e));
-      result.why_buffered = "writing with O_DIRECT failed: " + errno_text(e);
-    } else {
-      result.why_buffered = "opening with O_DIRECT failed: " + errno_text(e);
-    }
-    if (mode == direct_mode::on) throw io_error(path, 0, e, result.why_buffered + " (direct I/O required)");
-  }
-  result.fd = fd.release();
-  return result;
+  return with_direct(fd, path, O_WRONLY, size >= block, mode);
 }
 
 struct region_state {
@@ -533,7 +441,7 @@ void packer::reader_loop() {
       slot.chunk = c;
       slot.base = align_down(lo * row_bytes_);
       const uint64_t need = hi * row_bytes_ - slot.base;
-      read_at_least(in_fd_, features_path_, slot.data, align_up(need), need, slot.base);
+      file_io::read_at_least(in_fd_, features_path_, slot.data, align_up(need), need, slot.base, "the feature rows need");
       {
         std::lock_guard<std::mutex> lock(mutex_);
         full_slots_.push_back(slot);
@@ -556,7 +464,7 @@ void packer::writer_loop() {
       jobs_.pop_front();
     }
     try {
-      write_all(out_fd_, out_path_, job.buf, job.length, job.offset);
+      file_io::write_all(out_fd_, out_path_, job.buf, job.length, job.offset);
     } catch (...) {
       fail(std::current_exception());
       return;

@@ -28,19 +28,21 @@ class memory_budget_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// Every number here is set by the caller (Python passes diskgnn/defaults.py's
+/// values); zero is refused, so none has a second default in C++.
 struct packer_options {
   /// Largest feature chunk read at once. Each of the two chunk buffers also
   /// takes at most an eighth of the memory budget, and less where the staging
   /// buffers' minimum needs it.
-  uint64_t chunk_bytes = 64ull << 20;
+  uint64_t chunk_bytes = 0;
   /// Bytes for the chunk buffers and every staging buffer together.
-  uint64_t memory_budget = 1ull << 30;
+  uint64_t memory_budget = 0;
   /// Largest staging buffer, i.e. the largest single write.
-  uint64_t max_write_bytes = 4ull << 20;
+  uint64_t max_write_bytes = 0;
   /// Gather threads, the caller's among them.
-  unsigned threads = 2;
+  unsigned threads = 0;
   /// Writer threads, i.e. writes in flight.
-  unsigned write_depth = 8;
+  unsigned write_depth = 0;
   /// O_DIRECT for the reads of the features and the writes of the packs.
   direct_mode direct = direct_mode::automatic;
 };
@@ -78,6 +80,6 @@ struct pack_result {
 ///         short_file_error when the feature file is shorter than num_rows rows.
 pack_result pack_regions(const std::string& features_path, uint64_t num_rows, uint64_t row_bytes, const int64_t* ids,
                          size_t num_ids, const int64_t* starts, const int64_t* offsets, size_t num_regions,
-                         const std::string& out_path, const packer_options& options = {});
+                         const std::string& out_path, const packer_options& options);
 
 }  // namespace diskgnn

@@ -11,16 +11,14 @@
 #include <cstdint>
 #include <vector>
 
+#include "file_io.h"
 #include "reader.h"
 
 namespace diskgnn::detail {
 
-/// O_DIRECT alignment of offsets, lengths and memory. 4096 satisfies every
-/// device with logical blocks up to 4 KiB (512e and 4Kn disks, NVMe).
-constexpr uint64_t block_bytes = 4096;
-
-constexpr uint64_t align_down(uint64_t x, uint64_t a) { return x / a * a; }
-constexpr uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+using file_io::align_down;
+using file_io::align_up;
+using file_io::block_bytes;
 
 /// Bytes [src, src + len) of a read go to [dst, dst + len) of the output.
 struct copy_span {

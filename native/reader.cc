@@ -6,11 +6,9 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <vector>
 
-#include "aligned_buffer.h"
+#include "file_io.h"
 #include "read_engine.h"
 
 namespace diskgnn {
@@ -40,45 +38,12 @@ bool read_ticket::done() const { return request_->is_done(); }
 
 namespace {
 
-using detail::block_bytes;
+using file_io::block_bytes;
 
 bool memory_backed(int fd) {
   struct statfs fs;
   if (fstatfs(fd, &fs) != 0) return false;
   return fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC;
-}
-
-struct direct_open {
-  int fd = -1;
-  int error_number = 0;
-  std::string why;  // empty on success
-};
-
-// Some file systems accept O_DIRECT at open and refuse the reads (or the
-// reverse, tmpfs before Linux 6.6), so a first block is read to be sure.
-direct_open open_direct(const std::string& path, uint64_t file_size) {
-  direct_open result;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) {
-    result.error_number = errno;
-    result.why = std::string("opening with O_DIRECT failed: ") + std::strerror(errno);
-    return result;
-  }
-  if (file_size > 0) {
-    aligned_buffer probe(block_bytes, block_bytes);
-    ssize_t got;
-    do {
-      got = ::pread(fd, probe.data(), block_bytes, 0);
-    } while (got < 0 && errno == EINTR);
-    if (got < 0) {
-      result.error_number = errno;
-      result.why = std::string("reading with O_DIRECT failed: ") + std::strerror(errno);
-      ::close(fd);
-      return result;
-    }
-  }
-  result.fd = fd;
-  return result;
 }
 
 std::invalid_argument closed_reader(const std::string& path) {
@@ -105,13 +70,13 @@ void check_options(const std::string& path, const reader_options& o) {
 file_reader::file_reader(const std::string& path, const reader_options& options)
     : path_(path), options_(options), counters_(std::make_unique<detail::io_counters>()) {
   check_options(path, options);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw io_error(path, 0, errno, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw std::invalid_argument(path + ": not a regular file");
+  file_io::fd_guard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    const int e = errno;
+    throw io_error(path, 0, e, "cannot open: " + file_io::errno_text(e));
   }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) throw std::invalid_argument(path + ": not a regular file");
   file_size_ = static_cast<uint64_t>(st.st_size);
 
   const bool want_uring = options.backend != "pread";
@@ -119,51 +84,41 @@ file_reader::file_reader(const std::string& path, const reader_options& options)
       options.backend == "io_uring" || (options.backend == "pread" && options.direct == direct_mode::on);
   bool try_direct = options.backend == "io_uring" || options.direct != direct_mode::off;
   std::string why_buffered = "direct I/O switched off";
-  if (try_direct && !direct_required && memory_backed(fd)) {
+  if (try_direct && !direct_required && memory_backed(fd.get())) {
     // The page cache is the storage there: bypassing it gains nothing.
     try_direct = false;
     why_buffered = "the file is on a memory-backed file system (tmpfs or ramfs)";
   }
   if (try_direct) {
-    direct_open d = open_direct(path, file_size_);
+    file_io::direct_open d = file_io::open_direct(path, O_RDONLY, file_size_ > 0);
     if (d.fd >= 0) {
-      ::close(fd);
-      fd = d.fd;
+      fd.reset(d.fd);
       direct_ = true;
     } else if (direct_required) {
-      ::close(fd);
       throw io_error(path, 0, d.error_number,
                      d.why + "; backend '" + options.backend + "' with direct I/O needs it (use backend 'auto')");
     } else {
       why_buffered = d.why;
     }
   }
-  fd_ = fd;
 
-  const detail::file_handle handle{fd_, path_, direct_ ? block_bytes : 1};
-  try {
-    if (want_uring && direct_) {
-      try {
-        engine_ = detail::make_uring_engine(handle, options, *counters_);
-        backend_ = "io_uring";
-      } catch (const std::runtime_error& e) {
-        if (options.backend == "io_uring") {
-          throw std::runtime_error(path + ": io_uring backend unavailable: " + e.what());
-        }
-        fallback_reason_ = std::string("io_uring unavailable: ") + e.what();
-      }
-    } else if (want_uring) {
-      fallback_reason_ = "no O_DIRECT: " + why_buffered;
+  const detail::file_handle handle{fd.get(), path_, direct_ ? file_io::block_bytes : 1};
+  if (want_uring && direct_) {
+    try {
+      engine_ = detail::make_uring_engine(handle, options, *counters_);
+      backend_ = "io_uring";
+    } catch (const std::runtime_error& e) {
+      if (options.backend == "io_uring") throw std::runtime_error(path + ": io_uring backend unavailable: " + e.what());
+      fallback_reason_ = std::string("io_uring unavailable: ") + e.what();
     }
-    if (!engine_) {
-      engine_ = detail::make_pread_engine(handle, options, *counters_);
-      backend_ = "pread";
-    }
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+  } else if (want_uring) {
+    fallback_reason_ = "no O_DIRECT: " + why_buffered;
   }
+  if (!engine_) {
+    engine_ = detail::make_pread_engine(handle, options, *counters_);
+    backend_ = "pread";
+  }
+  fd_ = fd.release();
 }
 
 file_reader::~file_reader() { close(); }

@@ -61,6 +61,8 @@ enum class direct_mode {
   off,        ///< through the page cache
 };
 
+/// Every number here is set by the caller (Python passes diskgnn/defaults.py's
+/// values); zero is refused, so none has a second default in C++.
 struct reader_options {
   /// "auto": io_uring when the kernel allows it and O_DIRECT works on the
   /// file's file system, else pread; "io_uring"; "pread".
@@ -69,23 +71,23 @@ struct reader_options {
   direct_mode direct = direct_mode::automatic;
   /// Reads in flight per ring (io_uring) or pread threads (pread). Each
   /// holds a bounce buffer of max_request_bytes, so the engine allocates
-  /// queue_depth * num_rings * max_request_bytes (64 MiB by default).
-  unsigned queue_depth = 64;
+  /// queue_depth * num_rings * max_request_bytes.
+  unsigned queue_depth = 0;
   /// io_uring rings, each with its own worker thread; a request's reads are
   /// split evenly among them. One ring saturates a device unless the copies
   /// out of the bounce buffers are what limits.
-  unsigned num_rings = 1;
+  unsigned num_rings = 0;
   /// io_uring: reads are handed to the kernel as soon as this many are
   /// prepared, so the device gets refills while completions are processed.
-  unsigned submit_batch = 4;
+  unsigned submit_batch = 0;
   /// Largest single read; a multiple of 4096.
-  uint64_t max_request_bytes = 1 << 20;
+  uint64_t max_request_bytes = 0;
   /// Unneeded bytes a read may span to join two neighbouring reads into one.
   uint64_t max_gap_bytes = 0;
   /// Register bounce buffers and the file with each ring, which spares the
   /// kernel pinning pages and looking up the file on every read. Silently
   /// skipped where registration fails (e.g. RLIMIT_MEMLOCK).
-  bool register_buffers = true;
+  bool register_buffers = false;
 };
 
 struct read_stats {
@@ -124,7 +126,7 @@ class file_reader {
  public:
   /// @throws io_error when the file cannot be opened or the requested backend
   ///         cannot read it; std::invalid_argument for bad options.
-  explicit file_reader(const std::string& path, const reader_options& options = {});
+  file_reader(const std::string& path, const reader_options& options);
   ~file_reader();
   file_reader(const file_reader&) = delete;
   file_reader& operator=(const file_reader&) = delete;

@@ -11,6 +11,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "file_io.h"
+
 namespace diskgnn {
 
 namespace {
@@ -18,17 +20,15 @@ namespace {
 const void* map_file(const std::string& path, size_t need_bytes, size_t* mapped) {
   *mapped = 0;
   if (need_bytes == 0) return nullptr;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  file_io::fd_guard fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) throw std::runtime_error(path + ": cannot open: " + file_io::errno_text(errno));
   struct stat st;
-  if (::fstat(fd, &st) != 0 || static_cast<size_t>(st.st_size) < need_bytes) {
-    ::close(fd);
+  if (::fstat(fd.get(), &st) != 0 || static_cast<size_t>(st.st_size) < need_bytes) {
     throw std::runtime_error(path + ": shorter than the manifest says (" + std::to_string(need_bytes) +
                              " bytes needed)");
   }
-  void* p = ::mmap(nullptr, need_bytes, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) throw std::runtime_error(path + ": mmap failed: " + std::strerror(errno));
+  void* p = ::mmap(nullptr, need_bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+  if (p == MAP_FAILED) throw std::runtime_error(path + ": mmap failed: " + file_io::errno_text(errno));
   // Neighbour lists are visited in no useful order: read-ahead would only evict.
   ::madvise(p, need_bytes, MADV_RANDOM);
   *mapped = need_bytes;

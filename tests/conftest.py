@@ -68,3 +68,26 @@ def run_module(module: str, *args, check=False):
     if check and proc.returncode != 0:
         raise AssertionError(f"{module} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="session")
+def train_data(tmp_path_factory):
+    """A small learnable dataset (features carry the label) that the trainer's tests share."""
+    from diskgnn.data.prepare import prepare
+
+    tmp = tmp_path_factory.mktemp("train")
+    g = random_graph(n=600, e=4000, d=16, classes=4, seed=1)
+    g["feat"][np.arange(600), g["labels"]] += 3.0
+    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 600, 3), "val": np.arange(1, 600, 6),
+                                                "test": np.arange(2, 600, 6)})
+    return prepare(src, tmp / "ds", progress=False)
+
+
+def train_config(data, workdir, **kw):
+    """A TrainConfig for train_data: tiny batches, a host cache of a few rows, no progress bar."""
+    from diskgnn.train.config import TrainConfig
+
+    base = dict(data=str(data), workdir=str(workdir), fanouts="4,3", batch_size=47, hidden=16, epochs=2,
+                lr=0.02, progress=False, memory_budget="2GiB", host_cache="8KiB")
+    base.update(kw)
+    return TrainConfig(**base)

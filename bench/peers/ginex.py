@@ -28,12 +28,23 @@ from pathlib import Path
 
 import numpy as np
 
+from diskgnn.data.files import StagedDirectory
+from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import StagedDirectory, open_dataset
 from diskgnn.units import parse_size
 
-from .common import (EXPORT_INFO, budget_bytes, capped_row, csc_edges, not_run, read_export_info,
-                     row_chunks, write_array, write_export_info, write_text)
+from .common import (
+    EXPORT_INFO,
+    budget_bytes,
+    capped_row,
+    csc_edges,
+    not_run,
+    read_export_info,
+    row_chunks,
+    write_array,
+    write_export_info,
+    write_text,
+)
 
 NAME = "diskgnn"  # run_ginex.py --dataset NAME reads ./dataset/NAME-ginex
 SCORE_EPS = 1e-8  # prepare_dataset.py's eps

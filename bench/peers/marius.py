@@ -33,12 +33,24 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from diskgnn.data.files import StagedDirectory
+from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import StagedDirectory, open_dataset
 from diskgnn.units import format_size, parse_size
 
-from .common import (EXPORT_INFO, budget_bytes, capped_row, csc_edges, not_run, pwrite_all,
-                     read_export_info, row_chunks, write_array, write_export_info, write_text)
+from .common import (
+    EXPORT_INFO,
+    budget_bytes,
+    capped_row,
+    csc_edges,
+    not_run,
+    pwrite_all,
+    read_export_info,
+    row_chunks,
+    write_array,
+    write_export_info,
+    write_text,
+)
 
 CONFIG = "marius_train.yaml"
 SPLIT_FILES = {"train": "nodes/train_nodes.bin", "val": "nodes/validation_nodes.bin", "test": "nodes/test_nodes.bin"}

@@ -38,10 +38,10 @@ import torch.nn.functional as F
 
 from bench.epoch import add_loop_args
 from bench.naive import disk_read_bytes
+from diskgnn import defaults
+from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
-from diskgnn.format import open_dataset
-from diskgnn.sample import epoch_seeds
-from diskgnn.train import diskgnn_home
+from diskgnn.offline.sample import epoch_seeds
 
 PYG_VERSION = "2.8.1"
 # PyG's loader reads an adjacency given as torch_sparse.SparseTensor without converting it, and
@@ -54,7 +54,7 @@ CONVERT_CHUNK = 1 << 24  # indices widened 16 Mi at a time (128 MiB of int64)
 
 def wheel_cache() -> Path:
     """Where the built wheels live: one directory per torch version, since they link against its ABI."""
-    return diskgnn_home() / "wheels" / f"torch-{torch.__version__}"
+    return defaults.home() / "wheels" / f"torch-{torch.__version__}"
 
 
 def available() -> tuple[bool, str]:
@@ -157,7 +157,7 @@ def int64_indices(ds) -> tuple[Path, float]:
 
     Its pages and the source's are dropped from the page cache afterwards, so a cold run that had to
     make it is not warmed by it."""
-    path = diskgnn_home() / "pyg" / ds.manifest["manifest_checksum"] / "indices-int64.bin"
+    path = defaults.home() / "pyg" / ds.manifest["manifest_checksum"] / "indices-int64.bin"
     if path.exists() and path.stat().st_size == 8 * ds.num_edges:
         return path, 0.0
     start = time.perf_counter()

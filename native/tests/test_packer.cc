@@ -10,6 +10,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "options.h"
 #include "packer.h"
 #include "reader_checks.h"
 
@@ -107,12 +108,7 @@ int main() {
         {65536, 1 << 20, 2, diskgnn::direct_mode::automatic},
     };
     for (const variant& v : variants) {
-      diskgnn::packer_options o;
-      o.chunk_bytes = v.chunk_bytes;
-      o.threads = v.threads;
-      o.direct = v.direct;
-      o.write_depth = 3;
-      o.memory_budget = v.budget;
+      diskgnn::packer_options o = test_options::packer(v.chunk_bytes, v.budget, v.threads, v.direct);
       if (v.budget == 0) {
         // Find the minimum from the refusal, then pack at exactly that budget.
         try {
@@ -142,9 +138,12 @@ int main() {
       CHECK(packed == reference);
     }
 
-    // Inconsistent regions are refused before anything is written.
+    // Inconsistent regions are refused before anything is written; so are options left unset
+    // (the library has no defaults of its own).
+    const diskgnn::packer_options valid = test_options::packer(64 << 20, 64 << 20, 2, diskgnn::direct_mode::automatic);
+    CHECK(throws<std::invalid_argument>([&] { pack(file.path(), num_rows, row_bytes, g, out, {}); }));
     auto refused = [&](regions bad) {
-      return throws<std::invalid_argument>([&] { pack(file.path(), num_rows, row_bytes, bad, out, {}); });
+      return throws<std::invalid_argument>([&] { pack(file.path(), num_rows, row_bytes, bad, out, valid); });
     };
     regions unsorted;
     unsorted.add({5, 3}, row_bytes);
@@ -166,7 +165,7 @@ int main() {
     CHECK(refused(short_ids));
 
     // A feature file shorter than num_rows rows is a short file, never zeros.
-    CHECK(throws<diskgnn::short_file_error>([&] { pack(file.path(), num_rows + 5000, row_bytes, g, out, {}); }));
+    CHECK(throws<diskgnn::short_file_error>([&] { pack(file.path(), num_rows + 5000, row_bytes, g, out, valid); }));
     std::remove(out.c_str());
   }
   return test_result();

@@ -1,11 +1,10 @@
 // Description: the pread engine (O_DIRECT and buffered) matches a plain
 // pread oracle on awkward sizes, and reports errors by file, offset, errno.
+#include "options.h"
 #include "reader_checks.h"
 
 int main() {
-  diskgnn::reader_options options;
-  options.backend = "pread";
-  options.direct = diskgnn::direct_mode::off;
+  diskgnn::reader_options options = test_options::reader("pread", diskgnn::direct_mode::off);
   reader_checks::check_all(options);
 
   const reader_checks::temp_file probe(reader_checks::random_bytes(4096, 1));

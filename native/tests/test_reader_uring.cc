@@ -1,5 +1,6 @@
 // Description: the io_uring engine (O_DIRECT, several rings, registered and
 // plain buffers) matches a plain pread oracle on awkward sizes.
+#include "options.h"
 #include "reader_checks.h"
 #include "uring_support.h"
 
@@ -10,8 +11,7 @@ int main() {
     return 77;
   }
   const reader_checks::temp_file probe(reader_checks::random_bytes(4096, 1));
-  diskgnn::reader_options options;
-  options.backend = "auto";
+  diskgnn::reader_options options = test_options::reader("auto", diskgnn::direct_mode::automatic);
   {
     diskgnn::file_reader reader(probe.path(), options);
     if (reader.backend() != "io_uring") {

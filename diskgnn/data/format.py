@@ -1,0 +1,259 @@
+"""On-disk dataset format v1 (specified byte for byte in docs/format.md).
+
+A dataset is a directory::
+
+    manifest.json    what is here: sizes, dtypes, one checksum per file, its own checksum
+    indptr.bin       int64[num_nodes + 1], CSC: in-neighbours of v are indices[indptr[v]:indptr[v+1]]
+    indices.bin      int32 (num_nodes < 2**31) or int64 [num_edges]
+    features.bin     feature_dtype[num_nodes, feature_dim], row-major, zero-padded to 4 KiB
+    labels.bin       int32[num_nodes], -1 where a node has no label
+    train_idx.bin    int64 node ids, and likewise val_idx.bin and test_idx.bin
+    features.<spec>.bin, features.<spec>.params.bin
+                     optional quantized variants of the features (docs/quantization.md)
+
+Every file is raw little-endian data starting at byte 0 (so 4 KiB-aligned for
+O_DIRECT) and padded with zeros to a multiple of 4 KiB; nothing needs pickle.
+This module writes datasets atomically (`DatasetBuilder`: built in a temporary
+directory beside the target, then renamed) and opens them with the cheap checks
+done on open (`open_dataset`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .. import defaults
+from ..build import __version__
+from ..errors import DiskgnnError
+from .files import (
+    CHECKSUM_ALGO,
+    ArrayFileWriter,
+    StagedDirectory,
+    file_checksum,
+    fsync_path,
+    guard_io,
+    manifest_checksum,
+)
+
+FORMAT_NAME = "diskgnn-dataset"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+
+FILE_NAMES = {
+    "indptr": "indptr.bin",
+    "indices": "indices.bin",
+    "features": "features.bin",
+    "labels": "labels.bin",
+    "train_idx": "train_idx.bin",
+    "val_idx": "val_idx.bin",
+    "test_idx": "test_idx.bin",
+}
+SPLITS = ("train", "val", "test")
+FEATURE_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
+
+
+def index_dtype(num_nodes: int) -> np.dtype:
+    """Dtype of `indices`: int32 while every node id fits, else int64."""
+    return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
+
+
+def _write_manifest_file(path: Path, manifest: dict) -> None:
+    def write():
+        with open(path, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    guard_io(path, write)
+
+
+def write_manifest(path, manifest: dict) -> None:
+    """Replaces an existing dataset's manifest atomically (a temporary file renamed over it),
+    with its checksum recomputed; for files added to a dataset after prepare (quantized features)."""
+    path = Path(path)
+    manifest["manifest_checksum"] = manifest_checksum(manifest)
+    tmp = path / f".{MANIFEST}.tmp-{os.getpid()}"
+    try:
+        _write_manifest_file(tmp, manifest)
+        os.rename(tmp, path / MANIFEST)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(path)
+
+
+class DatasetBuilder(StagedDirectory):
+    """Builds a dataset directory: its array files, then finish() writes the manifest and commits."""
+
+    def __init__(self, out_dir, overwrite: bool = False):
+        super().__init__(out_dir, overwrite)
+        self.files: dict[str, dict] = {}
+
+    def scratch_dir(self, name: str) -> Path:
+        """A directory for temporary files on the same file system as the output."""
+        d = self.tmp / f"scratch-{name}"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def writer(self, kind: str, dtype, row_shape=()) -> ArrayFileWriter:
+        return ArrayFileWriter(self.tmp / FILE_NAMES[kind], dtype, row_shape)
+
+    def add(self, kind: str, entry: dict) -> None:
+        self.files[kind] = entry
+
+    def write_array(self, kind: str, array, dtype) -> dict:
+        array = np.asarray(array)
+        w = self.writer(kind, dtype, array.shape[1:])
+        w.write(array)
+        self.files[kind] = w.close()
+        return self.files[kind]
+
+    def finish(self, meta: dict) -> Path:
+        """Writes the manifest and moves the dataset into place."""
+        for d in self.tmp.glob("scratch-*"):
+            shutil.rmtree(d)
+        manifest = {
+            "format": FORMAT_NAME,
+            "format_version": FORMAT_VERSION,
+            **meta,
+            "files": self.files,
+            "producer": {"name": "diskgnn", "version": __version__, **meta.get("producer", {})},
+        }
+        manifest["manifest_checksum"] = manifest_checksum(manifest)
+        _write_manifest_file(self.tmp / MANIFEST, manifest)
+        return self.commit()
+
+
+@dataclass
+class Dataset:
+    """An opened dataset: metadata from the manifest, arrays memory-mapped on demand."""
+
+    path: Path
+    manifest: dict
+
+    @property
+    def num_nodes(self) -> int:
+        return self.manifest["num_nodes"]
+
+    @property
+    def num_edges(self) -> int:
+        return self.manifest["num_edges"]
+
+    @property
+    def feature_dim(self) -> int:
+        return self.manifest["feature_dim"]
+
+    @property
+    def feature_dtype(self) -> np.dtype:
+        return np.dtype(self.manifest["feature_dtype"])
+
+    @property
+    def num_classes(self) -> int:
+        return self.manifest["num_classes"]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.feature_dim * self.feature_dtype.itemsize
+
+    @property
+    def features_path(self) -> str:
+        return str(self.file_path("features"))
+
+    def file_path(self, kind: str) -> Path:
+        return self.path / self.manifest["files"][kind]["name"]
+
+    def array(self, kind: str) -> np.ndarray:
+        """Read-only memory map of one file's data (without its padding)."""
+        entry = self.manifest["files"][kind]
+        shape = tuple(entry["shape"])
+        if entry["bytes"] == 0:
+            return np.zeros(shape, dtype=entry["dtype"])
+        return np.memmap(self.file_path(kind), dtype=np.dtype(entry["dtype"]).newbyteorder("<"),
+                         mode="r", shape=shape)
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self.array("indptr")
+
+    @property
+    def indices(self) -> np.ndarray:
+        return self.array("indices")
+
+    @property
+    def features(self) -> np.ndarray:
+        return self.array("features")
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.array("labels")
+
+    def split(self, name: str) -> np.ndarray:
+        return self.array(f"{name}_idx")
+
+    @property
+    def quantized_specs(self) -> list[str]:
+        """Specs of the quantized feature variants stored beside the features (docs/quantization.md)."""
+        return list(self.manifest.get("quantized", {}))
+
+
+def read_manifest(path) -> dict:
+    """Loads and checks manifest.json: format, version, its own checksum."""
+    path = Path(path)
+    mpath = path / MANIFEST
+    if not path.is_dir():
+        raise DiskgnnError(f"{path}: not a dataset directory (does not exist or is not a directory)")
+    if not mpath.is_file():
+        raise DiskgnnError(f"{mpath}: missing; not a diskgnn dataset (create one with python -m diskgnn.prepare)")
+    try:
+        manifest = json.loads(mpath.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DiskgnnError(f"{mpath}: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise DiskgnnError(f"{mpath}: not a {FORMAT_NAME} manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise DiskgnnError(f"{mpath}: format version {manifest.get('format_version')} is not supported "
+                           f"(this diskgnn reads version {FORMAT_VERSION})")
+    if manifest.get("manifest_checksum") != manifest_checksum(manifest):
+        raise DiskgnnError(f"{mpath}: checksum mismatch (the manifest was modified or corrupted)")
+    return manifest
+
+
+def check_file_sizes(path: Path, manifest: dict) -> None:
+    for kind, entry in manifest["files"].items():
+        fpath = path / entry["name"]
+        if not fpath.is_file():
+            raise DiskgnnError(f"{fpath}: missing ({kind} file named in the manifest)")
+        size = fpath.stat().st_size
+        if size != entry["file_bytes"]:
+            raise DiskgnnError(f"{fpath}: {size} bytes, the manifest says {entry['file_bytes']} (truncated or replaced)")
+
+
+def check_file_checksum(path: Path, entry: dict) -> None:
+    fpath = path / entry["name"]
+    algo, _, expected = entry["checksum"].partition(":")
+    if algo != CHECKSUM_ALGO:
+        raise DiskgnnError(f"{fpath}: unknown checksum algorithm {algo!r}")
+    if file_checksum(fpath) != expected:
+        raise DiskgnnError(f"{fpath}: checksum mismatch (file is corrupted)")
+
+
+def open_dataset(path) -> Dataset:
+    """Opens a dataset directory.
+
+    Checks on open: the manifest (format, version, own checksum), every file's
+    size, and the checksum of each file up to defaults.VERIFY_ON_OPEN_BYTES. Larger files
+    are checked by `python -m diskgnn.verify`.
+    """
+    path = Path(path).absolute()
+    manifest = read_manifest(path)
+    check_file_sizes(path, manifest)
+    for entry in manifest["files"].values():
+        if entry["file_bytes"] <= defaults.VERIFY_ON_OPEN_BYTES:
+            check_file_checksum(path, entry)
+    return Dataset(path, manifest)

@@ -1,0 +1,241 @@
+"""`python -m diskgnn.prepare SOURCE --out DIR`: any supported input -> dataset format v1.
+
+Streams every phase (labels, splits, features, topology) in chunks sized from
+--memory-budget, so graphs larger than RAM convert; see docs/format.md for the
+output and the sources' modules for the inputs.
+
+Examples::
+
+    python -m diskgnn.prepare synthetic --nodes 8000000 --feat-dim 128 --avg-degree 10 \\
+        --classes 16 --seed 0 --out data/w1
+    python -m diskgnn.prepare ../shared/datasets/planetoid_cora --out data/cora --undirected
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from .. import defaults
+from ..errors import DiskgnnError
+from ..memory import peak_rss_bytes
+from ..units import format_size, parse_size
+from .csc import CscBuilder
+from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
+from .quantize.spec import canonical_spec
+from .quantize.variants import write_quantized
+from .sources import FORMATS, open_source
+from .splits import BLOCK, check_given, per_class_split, ratio_split
+
+
+def _parse_floats(text: str, n: int, flag: str):
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise DiskgnnError(f"{flag}: expected {n} comma-separated numbers, got {text!r}") from None
+    if len(values) != n:
+        raise DiskgnnError(f"{flag}: expected {n} comma-separated numbers, got {text!r}")
+    return tuple(values)
+
+
+def prepare(source, out, *, format: str = "auto", undirected: bool = False, self_loops: bool = False,
+            drop_self_loops: bool = False, feature_dtype: str | None = None,
+            split_ratios=(0.1, 0.1, 0.8), split_per_class=None, split_seed: int = 0,
+            memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False, allow_nonfinite: bool = False,
+            ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None,
+            report: bool = False, quantize=()) -> Path:
+    """Converts SOURCE into a dataset directory OUT and returns its path.
+
+    Parameters mirror the command-line flags (see ``python -m diskgnn.prepare -h``).
+    `memory_budget` bounds the whole process's memory; sizes accept suffixes.
+    `progress` shows bars (None: when on a terminal); `report` prints a summary line.
+    `quantize` lists quantizer specs (docs/quantization.md) whose variants are stored too.
+    """
+    budget = parse_size(memory_budget)
+    if budget < defaults.MIN_PREPARE_BUDGET:
+        raise DiskgnnError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
+    if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
+        raise DiskgnnError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
+    specs = list(dict.fromkeys(canonical_spec(s) for s in quantize))  # bad specs fail before any work
+    src = open_source(str(source), format, ogb_split=ogb_split, synthetic=synthetic)
+    out_dtype = np.dtype(feature_dtype) if feature_dtype else (
+        src.feature_dtype if src.feature_dtype.name in FEATURE_DTYPES else np.dtype(np.float32))
+    if out_dtype.name not in FEATURE_DTYPES:
+        raise DiskgnnError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
+    work = budget - defaults.PREPARE_BASE_RSS
+    row_bytes = src.feature_dim * max(src.feature_dtype.itemsize, out_dtype.itemsize, 4)
+    feat_rows = max(1, work // (4 * row_bytes))
+    t0 = time.perf_counter()
+    bar = dict(disable=None if progress is None else not progress, unit_scale=True, leave=False)
+    n = src.num_nodes
+
+    phases = {}
+
+    def phase(name):
+        phases[name] = time.perf_counter() - t0 - sum(phases.values())
+
+    with DatasetBuilder(out, overwrite=overwrite) as b:
+        # Labels first: the class count and the drawn splits depend on them.
+        labels_w = b.writer("labels", np.int32)
+        lo, hi = 0, -1
+        for block in tqdm(src.labels(max(1, work // 32)), desc="labels", **bar):
+            block = np.asarray(block)
+            if block.size:
+                lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
+            labels_w.write(block)
+        if labels_w.rows != n:
+            raise DiskgnnError(f"{src.name}: {labels_w.rows} labels for {n} nodes")
+        if lo < -1:
+            raise DiskgnnError(f"{src.name}: negative label {lo} (use -1 for unlabeled nodes)")
+        num_classes = src.num_classes if src.num_classes is not None else hi + 1
+        if hi >= num_classes:
+            raise DiskgnnError(f"{src.name}: label {hi} out of range for {num_classes} classes")
+        b.add("labels", labels_w.close())
+        labels_path = b.tmp / b.files["labels"]["name"]
+
+        def label_blocks():
+            with open(labels_path, "rb") as f:
+                for first in range(0, n, BLOCK):
+                    yield first, np.fromfile(f, dtype="<i4", count=min(BLOCK, n - first))
+
+        split_writers = {s: b.writer(f"{s}_idx", np.int64) for s in SPLITS}
+        given = src.splits()
+        short = []
+        if given is not None:
+            labels_map = np.memmap(labels_path, dtype="<i4", mode="r", shape=(n,))
+            check_given(given, n, lambda ids: labels_map[np.sort(ids)], src.name)
+            del labels_map
+            for s in SPLITS:
+                split_writers[s].write(given[s])
+            split_how = "source"
+        elif split_per_class is not None:
+            short = per_class_split(label_blocks, num_classes, split_per_class, split_seed, split_writers)
+            split_how = f"per-class {split_per_class[0]},{split_per_class[1]} (seed {split_seed})"
+        else:
+            ratio_split(label_blocks, split_ratios, split_seed, split_writers)
+            split_how = "ratios " + ",".join(f"{r:g}" for r in split_ratios) + f" (seed {split_seed})"
+        for s in SPLITS:
+            b.add(f"{s}_idx", split_writers[s].close())
+        phase("labels+splits")
+        if b.files["train_idx"]["shape"][0] == 0:
+            raise DiskgnnError(f"{src.name}: no train nodes (no labeled node was drawn for training)")
+
+        feat_w = b.writer("features", out_dtype, (src.feature_dim,))
+        check_finite = np.issubdtype(out_dtype, np.floating) and not allow_nonfinite
+        for block in tqdm(src.features(feat_rows), desc="features", total=None, **bar):
+            if block.ndim != 2 or block.shape[1] != src.feature_dim:
+                raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")
+            with np.errstate(over="ignore", invalid="ignore"):  # reported below as non-finite
+                out_block = block.astype(out_dtype, copy=False)
+            if check_finite and not np.isfinite(out_block).all():
+                row = feat_w.rows + int(np.flatnonzero(~np.isfinite(out_block).all(axis=1))[0])
+                raise DiskgnnError(f"{src.feature_name}: feature row {row} has NaN or inf"
+                                   f"{' after conversion to ' + out_dtype.name if out_dtype != block.dtype else ''}"
+                                   f" (pass --allow-nonfinite to keep such rows)")
+            feat_w.write(out_block)
+        if feat_w.rows != n:
+            raise DiskgnnError(f"{src.name}: {feat_w.rows} feature rows for {n} nodes")
+        b.add("features", feat_w.close())
+        phase("features")
+        quantized = {}
+        for spec in specs:
+            _, files, quantized[spec] = write_quantized(
+                b.tmp / b.files["features"]["name"], out_dtype, n, src.feature_dim, spec, b.tmp, work_bytes=work)
+            for kind, entry in files.items():
+                b.add(kind, entry)
+            phase(f"quantize {spec}")
+
+        csc = CscBuilder(n, b, work, undirected=undirected, self_loops=self_loops,
+                         drop_self_loops=drop_self_loops, edge_count_hint=src.edge_count_hint,
+                         source_name=src.name)
+        for s, d in tqdm(src.edges(max(1024, work // 128)), desc="edges", **bar):
+            csc.add(s, d)
+        phase("edges")
+        num_edges = csc.finish()
+        phase("csc sort")
+
+        path = b.finish({
+            "num_nodes": n,
+            "num_edges": num_edges,
+            "feature_dim": src.feature_dim,
+            "feature_dtype": out_dtype.name,
+            "num_classes": int(num_classes),
+            "splits": {s: b.files[f"{s}_idx"]["shape"][0] for s in SPLITS},
+            **({"quantized": quantized} if quantized else {}),
+            "producer": {
+                "source": src.name,
+                "options": {
+                    "undirected": undirected, "self_loops": self_loops, "drop_self_loops": drop_self_loops,
+                    "split": split_how, "allow_nonfinite": allow_nonfinite,
+                    "input_edges": csc.input_edges,
+                },
+            },
+        })
+    if short:
+        print(f"prepare: warning: classes {short} have fewer nodes than --split-per-class asks for")
+    if report:
+        print(f"prepare: wrote {path} ({n} nodes, {num_edges} edges, {src.feature_dim}-d {out_dtype.name} "
+              f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s ("
+              + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+              + f"); peak RSS {peak_rss_bytes()} bytes (budget {budget})")
+    return path
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m diskgnn.prepare", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", help="input directory or file, or 'synthetic'")
+    p.add_argument("--out", required=True, help="dataset directory to create")
+    p.add_argument("--format", default="auto", choices=FORMATS)
+    p.add_argument("--undirected", action="store_true", help="add the reverse of every edge")
+    p.add_argument("--self-loops", action="store_true", help="add a self-loop to every node")
+    p.add_argument("--drop-self-loops", action="store_true", help="remove the input's self-loops")
+    p.add_argument("--feature-dtype", choices=FEATURE_DTYPES, help="stored feature dtype (default: the input's)")
+    p.add_argument("--split-ratios", default="0.1,0.1,0.8",
+                   help="train,val,test fractions of the labeled nodes when the source has no split")
+    p.add_argument("--split-per-class", metavar="TRAIN,VAL",
+                   help="instead: TRAIN and VAL nodes per class, the rest test (e.g. 20,30)")
+    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--memory-budget", default=defaults.MEMORY_BUDGET,
+                   help=f"memory the whole run may use (default {defaults.MEMORY_BUDGET})")
+    p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    p.add_argument("--allow-nonfinite", action="store_true", help="keep NaN/inf features instead of refusing")
+    p.add_argument("--ogb-split", help="OGB split name when the dataset has several")
+    p.add_argument("--quantize", action="append", default=[], metavar="SPEC",
+                   help="also store quantized features: sq1|sq2|sq4|sq8|sq16|lin4|lin8|vq:w=16,L=2048 "
+                        "(repeat for several; see docs/quantization.md)")
+    p.add_argument("--no-progress", action="store_true")
+    g = p.add_argument_group("synthetic (SOURCE = synthetic)")
+    g.add_argument("--nodes", type=int, default=100_000)
+    g.add_argument("--feat-dim", type=int, default=128)
+    g.add_argument("--avg-degree", type=float, default=10)
+    g.add_argument("--classes", type=int, default=16)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--homophily", type=float, default=0.8)
+    g.add_argument("--feature-signal", type=float, default=0.25)
+    return p
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
+    per_class = None
+    if args.split_per_class:
+        per_class = tuple(int(x) for x in _parse_floats(args.split_per_class, 2, "--split-per-class"))
+    is_synthetic = args.source == "synthetic" or args.format == "synthetic"
+    prepare(
+        args.source, args.out, format=args.format,
+        undirected=args.undirected or is_synthetic, self_loops=args.self_loops,
+        drop_self_loops=args.drop_self_loops, feature_dtype=args.feature_dtype,
+        split_ratios=_parse_floats(args.split_ratios, 3, "--split-ratios"), split_per_class=per_class,
+        split_seed=args.split_seed, memory_budget=args.memory_budget, overwrite=args.overwrite,
+        allow_nonfinite=args.allow_nonfinite, ogb_split=args.ogb_split,
+        synthetic=dict(nodes=args.nodes, feat_dim=args.feat_dim, avg_degree=args.avg_degree,
+                       classes=args.classes, seed=args.seed, homophily=args.homophily,
+                       feature_signal=args.feature_signal) if is_synthetic else None,
+        progress=False if args.no_progress else None, report=True, quantize=args.quantize,
+    )
+

@@ -1,0 +1,121 @@
+"""`python -m diskgnn.quantize DATASET --spec SPEC ...`: adds quantized variants to a dataset.
+
+Specs (canonical forms; docs/quantization.md has the byte layout):
+
+    sq1 sq2 sq4 sq8 sq16     BiFeat's log-domain sign-magnitude scalar quantization,
+                             one range for all columns from the sample's |x| percentiles
+                             p and 100 - p (`sq4:p=1`; default p = 0.5; sq1 has none)
+    lin4 lin8                per-column linear quantization between the sample's column
+                             min and max, or percentiles p and 100 - p (`lin8:p=0.5`)
+    vq:w=16,L=2048           product quantization: sub-vectors of w values (the last one
+                             zero-padded), one k-means codebook of L centroids each
+
+Examples::
+
+    python -m diskgnn.quantize data/cora --spec sq4 --spec vq:w=16,L=2048
+    python -m diskgnn.prepare ../shared/datasets/planetoid_cora --out data/cora --quantize sq8
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import time
+from pathlib import Path
+
+from ... import defaults
+from ...errors import DiskgnnError
+from ...memory import peak_rss_bytes
+from ...units import format_size, parse_size
+from ..format import open_dataset, read_manifest, write_manifest
+from .base import Quantizer
+from .spec import canonical_spec
+from .variants import file_kinds, write_quantized
+
+
+def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: dict, suffix: str,
+             overwrite: bool) -> None:
+    """Moves a variant's finished files into the dataset and records them in the manifest.
+
+    Under an exclusive lock on the directory (concurrent `quantize` runs must not
+    lose each other's manifest updates): a variant being replaced first leaves the
+    manifest, then its files are replaced, then the manifest lists the new ones.
+    Each step is an atomic rename, so a crash leaves the old variant, no variant,
+    or the new one, never a manifest whose checksums do not match its files.
+    """
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(dfd, fcntl.LOCK_EX)
+        m = read_manifest(path)
+        if m["files"]["features"]["checksum"] != features_checksum:
+            raise DiskgnnError(f"{path}: features changed while quantizing; run again")
+        old = m.get("quantized", {}).pop(spec, None)
+        if old is not None and not overwrite:
+            raise DiskgnnError(f"{path}: already has quantized features {spec} (pass --overwrite to replace them)")
+        if old is not None:
+            for kind in (old["codes"], old["params"]):
+                m["files"].pop(kind, None)
+            write_manifest(path, m)
+        for kind, e in files.items():
+            os.rename(path / (e["name"] + suffix), path / e["name"])
+        m["files"].update(files)
+        m.setdefault("quantized", {})[spec] = entry
+        write_manifest(path, m)
+    finally:
+        os.close(dfd)
+
+
+def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sample_rows: int | None = None, seed: int = 0,
+                     overwrite: bool = False, report: bool = False) -> list[Quantizer]:
+    """Adds quantized variants of an existing dataset's features (the float features stay)."""
+    budget = parse_size(memory_budget)
+    if budget < defaults.MIN_PREPARE_BUDGET:
+        raise DiskgnnError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
+    if sample_rows is not None and sample_rows < 1:
+        raise DiskgnnError(f"--sample-rows {sample_rows}: must be at least 1")
+    specs = list(dict.fromkeys(canonical_spec(s) for s in specs))
+    ds = open_dataset(path)
+    present = [s for s in specs if s in ds.manifest.get("quantized", {})]
+    if present and not overwrite:
+        raise DiskgnnError(f"{ds.path}: already has quantized features {', '.join(present)} "
+                           f"(pass --overwrite to replace them)")
+    features = ds.manifest["files"]["features"]
+    suffix = f".tmp-{os.getpid()}"
+    done = []
+    for spec in specs:
+        t0 = time.perf_counter()
+        kinds = file_kinds(spec)
+        try:
+            q, files, entry = write_quantized(ds.features_path, ds.feature_dtype, ds.num_nodes, ds.feature_dim,
+                                              spec, ds.path, work_bytes=budget - defaults.PREPARE_BASE_RSS,
+                                              sample_rows=sample_rows, seed=seed, suffix=suffix)
+            _install(ds.path, spec, features["checksum"], files, entry, suffix, overwrite)
+        finally:
+            for kind in kinds:
+                (ds.path / f"{kind}.bin{suffix}").unlink(missing_ok=True)
+        done.append(q)
+        if report:
+            fit = entry["fit"]
+            print(f"quantize: {spec}: wrote {kinds[0]}.bin ({q.code_bytes} B/row, {q.compression_ratio:.1f}x "
+                  f"smaller than float32) in {time.perf_counter() - t0:.1f} s; fitted on {fit['sample_rows']} rows, "
+                  f"RMS error {fit['sample_rmse']:.4g} (features' RMS {fit['sample_rms']:.4g}); "
+                  f"peak RSS {peak_rss_bytes()} bytes (budget {budget})")
+    return done
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m diskgnn.quantize", description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dataset", help="dataset directory written by diskgnn.prepare")
+    ap.add_argument("--spec", action="append", required=True, help="quantizer, e.g. sq8, lin4, vq:w=16,L=2048 "
+                    "(repeat for several)")
+    ap.add_argument("--memory-budget", default=defaults.MEMORY_BUDGET,
+                    help=f"memory the whole run may use (default {defaults.MEMORY_BUDGET})")
+    ap.add_argument("--sample-rows", type=int, help="rows to fit on (default 100000; vq 50000)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the row sample and of k-means")
+    ap.add_argument("--overwrite", action="store_true", help="replace variants that already exist")
+    args = ap.parse_args(argv)
+    quantize_dataset(args.dataset, args.spec, memory_budget=args.memory_budget, sample_rows=args.sample_rows,
+                     seed=args.seed, overwrite=args.overwrite, report=True)
+

@@ -1,0 +1,78 @@
+"""A sampled block as tensors, and the transforms that make blocks: from a sample file's batch or from the CSC.
+
+A block maps `num_src` source rows to `num_dst` destination rows, the first
+`num_dst` sources being the destinations themselves (so a layer computes only
+the nodes the next one needs). Loaders build blocks in their pipeline stages;
+the models only run them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .aggregate import NeighbourSum
+
+
+@dataclass
+class TensorBlock:
+    """A block as tensors: dst i aggregates src[indices[indptr[i]:indptr[i+1]]]."""
+
+    num_dst: int
+    num_src: int
+    indptr: torch.Tensor  # int64[num_dst + 1]
+    indices: torch.Tensor  # int64[E], source local ids
+    dst: torch.Tensor  # int64[E], destination of each edge (indptr expanded)
+    deg: torch.Tensor  # float32[num_dst, 1], in-degree (0 kept: aggregation divides by max(deg, 1))
+
+    @classmethod
+    def from_csc(cls, indptr: np.ndarray, indices: np.ndarray, num_dst: int, num_src: int) -> "TensorBlock":
+        indptr = np.asarray(indptr, dtype=np.int64)
+        counts = np.diff(indptr)
+        dst = np.repeat(np.arange(num_dst, dtype=np.int64), counts)
+        return cls(num_dst, num_src, torch.from_numpy(indptr), torch.from_numpy(np.asarray(indices, dtype=np.int64)),
+                   torch.from_numpy(dst), torch.from_numpy(counts.astype(np.float32)).unsqueeze(1))
+
+    def _map(self, fn) -> "TensorBlock":
+        return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst), fn(self.deg))
+
+    def to(self, device, non_blocking: bool = False) -> "TensorBlock":
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "TensorBlock":
+        return self._map(lambda t: t.pin_memory())
+
+    def sum_neighbours(self, h: torch.Tensor) -> torch.Tensor:
+        """Row i: the sum of h over dst i's sources (native kernels for float32 on the CPU)."""
+        if h.device.type == "cpu" and h.dtype == torch.float32 and h.dim() == 2:
+            return NeighbourSum.apply(h, self)
+        out = h.new_zeros((self.num_dst,) + tuple(h.shape[1:]))
+        return out.index_add_(0, self.dst, h[self.indices])
+
+
+def sampled_blocks(batch) -> list[TensorBlock]:
+    """A sampled batch's blocks in the order the model runs them (input hop first)."""
+    return [TensorBlock.from_csc(b.indptr, b.indices, b.num_dst, b.num_src) for b in batch.blocks[::-1]]
+
+
+def neighbour_lists(indptr: np.ndarray, indices: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The in-neighbours of `dst` in CSC order: (local indptr, global neighbour ids)."""
+    dst = np.asarray(dst, dtype=np.int64)
+    starts = np.asarray(indptr[dst], dtype=np.int64)
+    counts = np.asarray(indptr[dst + 1], dtype=np.int64) - starts
+    local = np.concatenate([[0], np.cumsum(counts)])
+    flat = np.repeat(starts - local[:-1], counts) + np.arange(local[-1], dtype=np.int64)
+    return local, np.asarray(indices[flat], dtype=np.int64)
+
+
+def full_block(indptr: np.ndarray, indices: np.ndarray, dst: np.ndarray) -> tuple[TensorBlock, np.ndarray]:
+    """A block over all in-neighbours of `dst` (unique ids); returns it and its source ids, dst first."""
+    dst = np.asarray(dst, dtype=np.int64)
+    local_ptr, nbrs = neighbour_lists(indptr, indices, dst)
+    others = np.setdiff1d(nbrs, dst)
+    src = np.concatenate([dst, others])
+    order = np.argsort(src, kind="stable")
+    local = order[np.searchsorted(src[order], nbrs)]
+    return TensorBlock.from_csc(local_ptr, local, dst.size, src.size), src

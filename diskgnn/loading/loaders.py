@@ -1,0 +1,148 @@
+"""Batches into the pipeline: the stages that turn a batch index into model inputs.
+
+Offline (the default): batches come from a sample file and their features
+from the feature store (memory tiers, segment rows, the batch's pack read
+with O_DIRECT). Online: each batch is sampled when the pipeline reaches it,
+with the same random stream the offline sampler would use, and its rows are
+gathered straight from the feature file (no placement: the future is not
+known); this is the baseline offline sampling is measured against.
+Both move stored rows (features.bin's or a quantized variant's codes) and
+decode them into the model's float32 input as their last step, on the
+training device: in the copy stage with CUDA, in the assemble stage on a CPU.
+
+Stages: sample (decode the batch, build the blocks' tensors, look up labels)
+-> read (start the reads; `read_depth` batches in flight) -> assemble (wait,
+check, scatter into the feature matrix) -> copy (to the device; only with
+CUDA) -> the consumer's train or eval step.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from ..data.features import FeatureSource, feature_source
+from ..io.reader import FeatureReader
+from ..offline.sample import SampleFile, batch_key, epoch_seeds, open_graph, sample_batch
+from ..store.store import FeatureStore
+from ..store.tiers import TierStats
+from .blocks import sampled_blocks
+from .pipeline import Pipeline, Stage
+
+
+class Work:
+    """One batch on its way through the stages."""
+
+    __slots__ = ("batch", "blocks", "labels", "pending", "x")
+
+    def __init__(self, batch, blocks, labels):
+        self.batch, self.blocks, self.labels = batch, blocks, labels
+        self.pending = None
+        self.x = None
+
+
+def _work(batch, labels: np.ndarray, device: str) -> Work:
+    y = torch.from_numpy(np.asarray(labels[batch.seeds], dtype=np.int64))
+    blocks = sampled_blocks(batch)
+    if device != "cpu":
+        blocks = [b.pin_memory() for b in blocks]
+        y = y.pin_memory()
+    return Work(batch, blocks, y)
+
+
+def _to_device(work: Work, device: str, x) -> Work:
+    if device != "cpu":
+        work.blocks = [b.to(device, non_blocking=True) for b in work.blocks]
+        work.labels = work.labels.to(device, non_blocking=True)
+    work.x = x
+    return work
+
+
+def _pipeline(order, sample, read, assemble, copy, device: str, read_depth: int) -> Pipeline:
+    stages = [Stage("sample", sample), Stage("read", read, depth=read_depth), Stage("assemble", assemble)]
+    if device != "cpu":
+        stages.append(Stage("copy", copy))
+    return Pipeline(order, stages)
+
+
+class OfflineLoader:
+    """Batches of one sample file, features from a FeatureStore over its packs."""
+
+    def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, device: str,
+                 read_depth: int):
+        self.samples, self.store, self.labels = sample_file, store, labels
+        self.device, self.read_depth = device, read_depth
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def pipeline(self, order) -> Pipeline:
+        def sample(b):
+            return _work(self.samples[int(b)], self.labels, self.device)
+
+        def read(work):
+            work.pending = self.store.start(work.batch)
+            return work
+
+        def assemble(work):
+            self.store.finish(work.pending)
+            return copy(work) if self.device == "cpu" else work  # on CPU the host rows are the input
+
+        def copy(work):
+            return _to_device(work, self.device, self.store.to_device(work.pending))
+
+        return _pipeline(order, sample, read, assemble, copy, self.device, self.read_depth)
+
+    def stats(self) -> list[TierStats]:
+        return self.store.stats()
+
+    def disk_bytes(self) -> int:
+        return self.store.disk.bytes
+
+
+class OnlineLoader:
+    """Batches sampled during training; stored rows gathered from their file (O_DIRECT row reads)."""
+
+    def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
+                 labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
+                 features: FeatureSource | None = None):
+        self.fanouts, self.seed, self.epoch = list(fanouts), seed, epoch
+        self.batches = epoch_seeds(seeds, batch_size, seed, epoch)
+        self.labels, self.device, self.read_depth = labels, device, read_depth
+        self.graph = graph or open_graph(dataset)
+        self.source = features or feature_source(dataset)
+        self.features = FeatureReader(self.source, backend)
+        self.disk = TierStats("disk")
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def sample(self, b: int):
+        """Batch b, identical to what sample_epoch writes for it (same stream key)."""
+        return sample_batch(self.graph, self.batches[b], key=batch_key(self.epoch, b), fanouts=self.fanouts,
+                            seed=self.seed, threads=max(1, (os.cpu_count() or 1) // 2), index=b)
+
+    def pipeline(self, order) -> Pipeline:
+        def sample(b):
+            return _work(self.sample(int(b)), self.labels, self.device)
+
+        def read(work):
+            work.pending = self.features.gather_async(work.batch.nodes)
+            return work
+
+        def assemble(work):
+            x = work.pending.wait()
+            self.disk.hits += x.shape[0]
+            self.disk.bytes += x.shape[0] * self.source.row_bytes
+            return _to_device(work, self.device, self.source.decode_torch(x.to(self.device)))
+
+        return _pipeline(order, sample, read, assemble, None, "cpu", self.read_depth)
+
+    def stats(self) -> list[TierStats]:
+        return [self.disk]
+
+    def disk_bytes(self) -> int:
+        return self.features.file.stats().get("bytes", 0)
+

@@ -1,0 +1,177 @@
+"""GNN models over sampled blocks, in plain PyTorch: GraphSAGE (mean), GCN and GAT.
+
+A model runs one layer per block, from the input nodes' hop to the seeds'
+(`blocks[::-1]` of a sampled batch). Each layer computes only its block's
+destination nodes, which are the first `num_dst` of its source nodes, so the
+input layer never touches the outer hop's rows beyond gathering them for
+aggregation (the saving MariusGNN's DENSE representation makes over
+computing every layer on every sampled node).
+
+The same layers run on full-neighbour blocks (`full_block`): layer-wise
+inference and the in-memory reference trainer use them, so sampled and
+full-neighbour models share every line of arithmetic.
+
+GCN here normalises by the destination's degree with a self-loop (DGL's
+`norm="right"`): mean over N(i) ∪ {i}. It needs no degree but the sampled
+one, which keeps blocks self-contained; with k of d neighbours sampled the
+node's own row weighs 1/(k+1) instead of 1/(d+1), a bias that cost Coauthor
+CS about 0.3 points against full neighbours (docs/accuracy.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..loading.blocks import TensorBlock
+
+MODELS = ("sage", "gcn", "gat")
+
+
+class Dropout(nn.Module):
+    """Dropout whose CPU masks come from numpy's PCG64: torch's CPU bernoulli_ costs ~15 ns per
+    element here, a third of a training step; PCG64 is ten times faster. Seeded by `reseed`."""
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+        self.rng = np.random.Generator(np.random.PCG64(0))
+
+    def reseed(self, seed) -> None:
+        self.rng = np.random.Generator(np.random.PCG64(seed))
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return h
+        if h.device.type != "cpu":
+            return F.dropout(h, self.p, True)
+        keep = self.rng.random(tuple(h.shape), dtype=np.float32) >= self.p
+        return h * torch.from_numpy(keep.astype(np.float32) * np.float32(1 / (1 - self.p)))
+
+
+class SAGELayer(nn.Module):
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.self_lin = nn.Linear(d_in, d_out)
+        self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
+
+    def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
+        # Aggregate before transforming: the neighbour sum runs on d_in columns
+        # and the linear map on num_dst rows only.
+        mean = block.sum_neighbours(h) / block.deg.clamp(min=1)
+        return self.self_lin(h[: block.num_dst]) + self.neigh_lin(mean)
+
+
+class GCNLayer(nn.Module):
+    def __init__(self, d_in: int, d_out: int):
+        super().__init__()
+        self.lin = nn.Linear(d_in, d_out)
+
+    def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
+        total = block.sum_neighbours(h) + h[: block.num_dst]
+        return self.lin(total / (block.deg + 1))
+
+
+class GATLayer(nn.Module):
+    """Multi-head attention over N(i) ∪ {i}; heads concatenated (or averaged for the output layer)."""
+
+    def __init__(self, d_in: int, d_out: int, heads: int, concat: bool):
+        super().__init__()
+        self.heads, self.concat = heads, concat
+        self.d_head = d_out // heads if concat else d_out
+        self.lin = nn.Linear(d_in, self.heads * self.d_head, bias=False)
+        self.att_src = nn.Parameter(torch.empty(heads, self.d_head))
+        self.att_dst = nn.Parameter(torch.empty(heads, self.d_head))
+        self.bias = nn.Parameter(torch.zeros(heads * self.d_head if concat else self.d_head))
+        nn.init.xavier_uniform_(self.att_src)
+        nn.init.xavier_uniform_(self.att_dst)
+
+    def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
+        nd = block.num_dst
+        z = self.lin(h).view(-1, self.heads, self.d_head)
+        a_src = (z * self.att_src).sum(-1)  # [num_src, heads]
+        a_dst = (z[:nd] * self.att_dst).sum(-1)
+        self_loops = torch.arange(nd, device=h.device)
+        src = torch.cat([block.indices, self_loops])
+        dst = torch.cat([block.dst, self_loops])
+        logits = F.leaky_relu(a_src[src] + a_dst[dst], 0.2)
+        peak = logits.new_full((nd, self.heads), float("-inf"))
+        peak = peak.scatter_reduce(0, dst.unsqueeze(1).expand_as(logits), logits, "amax", include_self=True)
+        weight = torch.exp(logits - peak[dst])
+        norm = weight.new_zeros((nd, self.heads)).index_add_(0, dst, weight)
+        alpha = weight / norm[dst]
+        out = z.new_zeros((nd, self.heads, self.d_head)).index_add_(0, dst, z[src] * alpha.unsqueeze(-1))
+        out = out.reshape(nd, -1) if self.concat else out.mean(1)
+        return out + self.bias
+
+
+def layer_dims(d_in: int, hidden: int, classes: int, layers: int) -> list[int]:
+    """Each layer's input width, then the last one's output: [d_in, hidden, ..., classes]."""
+    return [d_in] + [hidden] * (layers - 1) + [classes]
+
+
+def activation_bytes(model: str, layers: list[tuple[int, int, int]], dims: list[int], heads: int) -> int:
+    """Bound on one training step's temporaries and their gradients in the layers above, given each
+    layer's (source rows, destination rows, edges), input layer first, and its widths (layer_dims).
+
+    Measured on W1's batches (44k input rows, hidden 256): sage 95 MiB, gat 364 MiB, against 153 and
+    686 MiB here at the batch's bound (63k rows)."""
+    total = 0
+    for (n_src, n_dst, edges), d_in, d_out in zip(layers, dims, dims[1:]):
+        if model == "gat":
+            # the projection of every source row, a message per edge (self-loops included) and its
+            # weighted copy, per-edge attention scalars per head; backward doubles them
+            messages = edges + n_dst
+            total += 3 * (n_src + 2 * messages) * d_out + 8 * messages * heads
+        else:
+            # on destination rows only: the neighbour mean (d_in), two linear maps, their sum, ReLU and
+            # dropout (d_out each); backward doubles them
+            total += 2 * n_dst * (d_in + 6 * d_out)
+    if model == "gat":
+        total += 2 * layers[0][0] * dims[0]  # GAT's dropout on the input rows
+    return 4 * total
+
+
+class GNN(nn.Module):
+    """`layers` graph layers with ReLU and dropout between them; logits out."""
+
+    def __init__(self, kind: str, d_in: int, hidden: int, classes: int, layers: int, dropout: float,
+                 heads: int = 4):
+        super().__init__()
+        if kind not in MODELS:
+            raise ValueError(f"model {kind!r}: expected one of {', '.join(MODELS)}")
+        if kind == "gat" and hidden % heads:
+            raise ValueError(f"gat: hidden size {hidden} must be a multiple of {heads} heads")
+        dims = layer_dims(d_in, hidden, classes, layers)
+        self.kind = kind
+        self.dropout = Dropout(dropout)
+        self.layers = nn.ModuleList()
+        for i in range(layers):
+            last = i == layers - 1
+            if kind == "sage":
+                self.layers.append(SAGELayer(dims[i], dims[i + 1]))
+            elif kind == "gcn":
+                self.layers.append(GCNLayer(dims[i], dims[i + 1]))
+            else:
+                self.layers.append(GATLayer(dims[i], dims[i + 1], 1 if last else heads, concat=not last))
+
+    def reseed(self, seed) -> None:
+        """Seeds dropout (set per epoch, so that a resumed run repeats the same masks)."""
+        self.dropout.reseed(seed)
+
+    def layer(self, i: int, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
+        """Layer i alone (layer-wise inference runs the layers one at a time over all nodes)."""
+        h = self.layers[i](block, h)
+        if i < len(self.layers) - 1:
+            h = self.dropout(F.relu(h))
+        return h
+
+    def forward(self, blocks: list[TensorBlock], x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"{len(blocks)} blocks for a {len(self.layers)}-layer model")
+        h = self.dropout(x) if self.kind == "gat" else x
+        for i, block in enumerate(blocks):
+            h = self.layer(i, block, h)
+        return h

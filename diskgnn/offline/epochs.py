@@ -1,0 +1,173 @@
+"""Each epoch's offline work: its sample file and its packs, prepared one epoch ahead.
+
+Epoch 0 is sampled first and its access counts decide the placement (which
+rows the memory tiers hold) for the whole run: which rows are hot is a
+property of the graph's degrees, so it barely changes between epochs, while
+reloading the tiers every epoch would cost a full read of them. Every epoch's
+packs are written against that placement. In the default mode each epoch has
+fresh samples, and epoch e + 1 is sampled and packed in a background thread
+while epoch e trains (the native sampler and packer release the GIL); at
+most two epochs' files are on disk at once. In replay mode (DiskGNN's) epoch
+0's samples and packs are reused, visited in a new order each epoch.
+Placement budgets and packs count the stored rows of the run's FeatureSource,
+so a quantized variant's code rows fill 4-32x more of a tier and of a pack.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..data.features import FeatureSource, feature_source
+from ..data.format import Dataset
+from .pack import PackFile, pack_epoch
+from .placement import Placement, access_counts, place
+from .sample import SampleFile, batch_order, read_topology_ahead, sample_epoch
+
+
+@dataclass
+class EpochFiles:
+    samples: SampleFile
+    packs: PackFile
+
+
+class OfflineEpochs:
+    def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
+                 max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
+                 features: FeatureSource | None = None, read_ahead: bool = False):
+        self.dataset, self.dir = dataset, Path(workdir)
+        self.source = features or feature_source(dataset)
+        self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
+        self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
+        # Fresh-sample epochs that stop after max_batches need only those; replay visits a random subset.
+        self.max_batches = None if replay else max_batches
+        # Before each sampling pass (the topology may have been evicted since the last).
+        self.read_ahead = read_ahead
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.pack_s = 0.0
+        # Where the offline seconds went, summed over every pass (summary.json's "offline").
+        self.phases = dict.fromkeys(("read_ahead_s", "sampling_s", "placement_s", "pack_plan_s", "pack_write_s",
+                                     "pack_buffer_wait_s", "pack_read_wait_s", "pack_bytes_written"), 0.0)
+        self.placement: Placement | None = None
+        self._ready: dict[int, EpochFiles] = {}
+        self._samples0: SampleFile | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def _sample(self, out_name: str, **kwargs) -> SampleFile:
+        start = time.perf_counter()
+        if self.read_ahead:
+            read_topology_ahead(self.dataset)
+        sampling = time.perf_counter()
+        sf = sample_epoch(self.dataset, self.dir / out_name, batch_size=self.batch_size, seed=self.seed,
+                          threads=self.threads, **kwargs)
+        self.phases["read_ahead_s"] += sampling - start
+        self.phases["sampling_s"] += time.perf_counter() - sampling
+        return sf
+
+    @property
+    def sample_s(self) -> float:
+        """Seconds in sampling passes, the topology's read-ahead included."""
+        return self.phases["read_ahead_s"] + self.phases["sampling_s"]
+
+    def sample(self, epoch: int) -> SampleFile:
+        return self._sample(f"epoch-{epoch:05d}.samples", fanouts=self.fanouts, epoch=epoch,
+                            max_batches=self.max_batches)
+
+    def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
+        """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
+        self._samples0 = self.sample(0)
+        start = time.perf_counter()
+        counts = access_counts([self._samples0], self.dataset.num_nodes)
+        self.placement = place(counts, self.source.row_bytes, budgets)
+        self.phases["placement_s"] += time.perf_counter() - start
+        return self.placement
+
+    def samples_bytes(self) -> int:
+        """Size of epoch 0's sample file (every epoch's is about the same)."""
+        return self._samples0.meta["file_bytes"]
+
+    def cold_bytes(self) -> int:
+        """Bytes epoch 0's packs will take before any blow-up cap (every cold access, 4 KiB-padded)."""
+        total = 0
+        for batch in self._samples0:
+            total += int((self.placement.tier(batch.nodes) < 0).sum()) * self.source.row_bytes + 4096
+        if self.max_blowup is not None:
+            total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
+        return total
+
+    def pack(self, samples: SampleFile, name: str) -> PackFile:
+        start = time.perf_counter()
+        packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=self.max_blowup,
+                           memory_budget=self.pack_memory, threads=self.threads, features=self.source)
+        self.pack_s += time.perf_counter() - start
+        stats = packs.packing
+        for key, phase in (("plan_s", "pack_plan_s"), ("write_s", "pack_write_s"), ("buffer_wait_s",
+                           "pack_buffer_wait_s"), ("read_wait_s", "pack_read_wait_s"),
+                           ("bytes_written", "pack_bytes_written")):
+            self.phases[phase] += stats[key]
+        return packs
+
+    def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int,
+                   max_batches: int | None = None) -> EpochFiles:
+        """Eval batches of a split, sampled and packed once for the whole run."""
+        samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
+                               max_batches=max_batches)
+        return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
+
+    def _prepare(self, epoch: int) -> EpochFiles:
+        samples = self._samples0 if epoch == 0 else self.sample(epoch)
+        return EpochFiles(samples, self.pack(samples, f"epoch-{epoch:05d}.packs"))
+
+    def files(self, epoch: int) -> EpochFiles:
+        """Epoch's files, waiting for the background preparation when it is running."""
+        key = 0 if self.replay else epoch
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise error
+        if key not in self._ready:
+            self._ready[key] = self._prepare(key)
+        return self._ready[key]
+
+    def order(self, epoch: int, num_batches: int) -> np.ndarray:
+        return batch_order(num_batches, self.seed, epoch) if self.replay else np.arange(num_batches)
+
+    def prefetch(self, epoch: int) -> None:
+        """Starts preparing `epoch` in the background (nothing to do in replay mode)."""
+        if self.replay or epoch in self._ready or self._thread is not None:
+            return
+
+        def run():
+            try:
+                self._ready[epoch] = self._prepare(epoch)
+            except BaseException as e:  # noqa: BLE001 - re-raised by files()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="diskgnn-next-epoch", daemon=True)
+        self._thread.start()
+
+    def release(self, epoch: int) -> None:
+        """Deletes a finished epoch's files (fresh-sample mode keeps two epochs on disk at most)."""
+        if self.replay or epoch not in self._ready:
+            return
+        files = self._ready.pop(epoch)
+        for path in (files.samples.path, files.samples.path.with_suffix(".json"), files.packs.path,
+                     files.packs.path.with_name(files.packs.path.name + ".json"),
+                     files.packs.path.with_name(files.packs.path.name + ".pos")):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

@@ -1,0 +1,255 @@
+"""Batched packing: each batch's cold feature rows written contiguously, in one sequential pass.
+
+For every batch of a sample file, the input nodes that no memory tier holds
+(the cold rows) are written into the batch's own region of a pack file, in
+ascending node id, so that training reads one contiguous range per batch
+instead of one random 4 KiB block per row. Packing never reads a row at
+random: it scans the feature file front to back in large chunks and, for each
+chunk, appends to every region the rows of that chunk it needs (DiskGNN's
+batched packing). Regions start on 4 KiB boundaries for O_DIRECT.
+
+A row used by several batches is packed once per batch: the disk blow-up is
+packed rows / num_nodes. With `max_blowup`, consecutive batches are grouped
+into segments (the smallest size that meets the cap) and a cold row used by
+two or more batches of a segment is stored once, in the segment's shared
+region, which training reads through the page cache with coalesced reads
+(DiskGNN's disk cache).
+
+Rows are the stored rows of a FeatureSource: features.bin's, or a quantized
+variant's code rows (any number of bytes), so packs of codes are as many
+times smaller as the codes are.
+
+Files: `X.packs` (batch regions, then segment regions), `X.packs.json` (the
+index: offsets, row counts, XXH3-64 of every region, which feature rows were
+packed), `X.packs.pos` (int32: per batch, the batch positions of its own rows,
+then of its shared rows and their slots in the segment region).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import xxhash
+
+from .. import defaults
+from ..data.features import FeatureSource, feature_source
+from ..data.files import guard_io, padded, read_index, write_index_tmp
+from ..data.format import Dataset
+from ..errors import DiskgnnError
+from ..units import parse_size
+from .placement import Placement
+
+PACKS_FORMAT = "diskgnn-packs"
+PACKS_VERSION = 2  # 2: the index names the feature rows packed (features, features_checksum)
+
+
+@dataclass
+class PackPlan:
+    """Regions to write (sorted node ids each) and where each batch's rows come from."""
+
+    regions: list[np.ndarray]  # batch regions first, then segment regions
+    own_pos: list[np.ndarray]  # per batch: positions in the batch of its own region's rows
+    shared_pos: list[np.ndarray]  # per batch: positions of rows held by its segment region
+    shared_slot: list[np.ndarray]  # per batch: their slots in that segment region
+    segment_batches: int  # batches per segment; 0 = no segments
+
+    @property
+    def packed_rows(self) -> int:
+        return sum(ids.size for ids in self.regions)
+
+
+def _cold_rows(sample_file, placement: Placement, threads: int):
+    """Per batch: its cold node ids, sorted, and their positions in the batch.
+
+    In `threads` threads: numpy's lookups and sorts release the GIL, and the
+    plan was one core's work while the other idled (0.2-0.3 s per million
+    nodes on W1, rising from 2M to 16M nodes as the tier table outgrows the
+    caches).
+    """
+    placement.tier(np.empty(0, np.int64))  # builds the lookup table once, before the threads share it
+
+    def cold(b: int) -> tuple[np.ndarray, np.ndarray]:
+        nodes = sample_file[b].nodes
+        p = np.flatnonzero(placement.tier(nodes) < 0)
+        p = p[np.argsort(nodes[p])]
+        return nodes[p], p.astype(np.int32)
+
+    with ThreadPoolExecutor(max(1, threads)) as pool:
+        rows = list(pool.map(cold, range(len(sample_file))))
+    return [ids for ids, _ in rows], [pos for _, pos in rows]
+
+
+def _union(sorted_ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct ids of sorted, duplicate-free arrays and in how many arrays each occurs.
+
+    A stable sort (timsort) merges the already sorted runs in near-linear time;
+    np.unique's hash path was 40x slower on W1's segments.
+    """
+    merged = np.sort(np.concatenate(sorted_ids), kind="stable")
+    if merged.size == 0:
+        return merged, np.empty(0, np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], merged[1:] != merged[:-1]]))
+    return merged[starts], np.diff(np.append(starts, merged.size))
+
+
+def _segment_rows(cold_ids, size: int) -> int:
+    """Rows stored when segments of `size` batches keep each of their cold rows once."""
+    return sum(_union(cold_ids[s: s + size])[0].size for s in range(0, len(cold_ids), size))
+
+
+def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | None = None,
+         threads: int = 1) -> PackPlan:
+    cold_ids, cold_pos = _cold_rows(sample_file, placement, threads)
+    empty = [np.empty(0, np.int32) for _ in cold_ids]
+    total = sum(ids.size for ids in cold_ids)
+    if max_blowup is None or total <= max_blowup * num_nodes or not cold_ids:
+        return PackPlan(cold_ids, cold_pos, empty, list(empty), 0)
+    size = 2
+    while _segment_rows(cold_ids, size) > max_blowup * num_nodes:
+        if size >= len(cold_ids):
+            least = _segment_rows(cold_ids, len(cold_ids)) / num_nodes
+            raise DiskgnnError(f"--max-blowup {max_blowup:g} cannot be met: even one segment of all "
+                               f"{len(cold_ids)} batches stores {least:.2f} x num_nodes rows (raise the cap "
+                               f"or the cache budgets)")
+        size = min(2 * size, len(cold_ids))
+    own_ids, own_pos, shared_pos, shared_slot, segments = [], [], [], [], []
+    for s in range(0, len(cold_ids), size):
+        members = range(s, min(s + size, len(cold_ids)))
+        ids, counts = _union([cold_ids[b] for b in members])
+        shared = ids[counts > 1]
+        segments.append(shared)
+        for b in members:
+            slot = np.searchsorted(shared, cold_ids[b])
+            in_shared = (slot < shared.size) & (shared[np.minimum(slot, shared.size - 1)] == cold_ids[b]) \
+                if shared.size else np.zeros(cold_ids[b].size, bool)
+            own_ids.append(cold_ids[b][~in_shared])
+            own_pos.append(cold_pos[b][~in_shared])
+            shared_pos.append(cold_pos[b][in_shared])
+            shared_slot.append(slot[in_shared].astype(np.int32))
+    return PackPlan(own_ids + segments, own_pos, shared_pos, shared_slot, size)
+
+
+def _default_threads() -> int:
+    return max(1, min(os.cpu_count() or 1, defaults.PACK_MAX_THREADS))
+
+
+def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
+               chunk_bytes: int = defaults.PACK_CHUNK_BYTES, memory_budget: int | str = defaults.PACK_BUDGET,
+               threads: int | None = None, features: FeatureSource | None = None) -> "PackFile":
+    """Writes the packs of one sample file; returns them opened.
+
+    `features`: the rows to pack (default: features.bin as stored). The native
+    packer (native/packer.h) reads them once, front to back, gathering with
+    `threads` threads (default: the cores, at most defaults.PACK_MAX_THREADS).
+    Memory: `memory_budget` (bytes, or a size such as "512MiB") for its
+    chunk and staging buffers, plus the plan (about 20 bytes per packed row).
+    """
+    from .. import _native
+
+    out_path = Path(out_path)
+    source = features or feature_source(dataset)
+    row = source.row_bytes
+    budget = parse_size(memory_budget)
+    threads = _default_threads() if threads is None else threads
+    if threads < 1:
+        raise DiskgnnError(f"threads must be at least 1, got {threads}")
+    start = time.perf_counter()
+    p = plan(sample_file, placement, dataset.num_nodes, max_blowup, threads)
+    plan_s = time.perf_counter() - start
+    sizes = np.array([ids.size for ids in p.regions], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum([padded(int(n) * row) for n in sizes])]).astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    ids = np.concatenate(p.regions).astype(np.int64, copy=False) if p.regions else np.empty(0, np.int64)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    start = time.perf_counter()
+    try:
+        stats = guard_io(tmp, lambda: _native.pack_regions(
+            str(source.path), source.num_rows, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
+            memory_budget=budget, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
+            write_depth=defaults.PACK_WRITE_DEPTH, direct="auto"))
+    except _native.MemoryBudgetError as e:
+        tmp.unlink(missing_ok=True)
+        raise DiskgnnError(f"{out_path}: {e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    del ids
+    stats.update(plan_s=plan_s, write_s=time.perf_counter() - start)
+    checksums = [f"{c:016x}" for c in stats.pop("checksums")]
+    nb = len(p.own_pos)
+    index = np.concatenate([a for b in range(nb) for a in (p.own_pos[b], p.shared_pos[b], p.shared_slot[b])]
+                           or [np.empty(0, np.int32)]).astype("<i4")
+    pos_path = out_path.with_name(out_path.name + ".pos")
+    index.tofile(pos_path.with_name(pos_path.name + ".tmp"))
+    meta = {
+        "format": PACKS_FORMAT, "format_version": PACKS_VERSION,
+        "samples": sample_file.meta["manifest_checksum"], "features": source.name,
+        "features_checksum": source.checksum, "row_bytes": row, "num_batches": nb,
+        "offsets": offsets.tolist(), "rows": sizes.tolist(),
+        "shared_rows": [int(a.size) for a in p.shared_pos], "segment_batches": p.segment_batches,
+        "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index.tobytes()),
+        "packed_rows": p.packed_rows, "blowup": p.packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
+        "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
+    }
+    meta_tmp = write_index_tmp(out_path.with_name(out_path.name + ".json"), meta)
+    os.replace(tmp, out_path)
+    os.replace(pos_path.with_name(pos_path.name + ".tmp"), pos_path)
+    os.replace(meta_tmp, out_path.with_name(out_path.name + ".json"))
+    packs = PackFile(out_path)
+    packs.packing = stats
+    return packs
+
+
+class PackFile:
+    """An epoch's packs: per batch, the regions to read and where their rows go."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.packing: dict | None = None  # the packer's statistics, where pack_epoch just wrote these packs
+        self.meta = read_index(self.path.with_name(self.path.name + ".json"), PACKS_FORMAT, PACKS_VERSION)
+        self.offsets = np.asarray(self.meta["offsets"], dtype=np.int64)
+        size = self.path.stat().st_size if self.path.exists() else -1
+        if size != self.offsets[-1]:
+            raise DiskgnnError(f"{self.path}: {size} bytes, the index says {int(self.offsets[-1])}")
+        pos_path = self.path.with_name(self.path.name + ".pos")
+        index = np.fromfile(pos_path, dtype="<i4") if pos_path.exists() else None
+        if index is None or xxhash.xxh3_64_hexdigest(index.tobytes()) != self.meta["index_checksum"]:
+            raise DiskgnnError(f"{pos_path}: missing or fails its checksum")
+        self.rows = np.asarray(self.meta["rows"], dtype=np.int64)
+        nb = self.meta["num_batches"]
+        sizes = np.stack([self.rows[:nb], self.meta["shared_rows"], self.meta["shared_rows"]], 1).ravel()
+        parts = np.split(index, np.cumsum(sizes)[:-1]) if nb else []
+        self.own_pos, self.shared_pos, self.shared_slot = parts[0::3], parts[1::3], parts[2::3]
+
+    @property
+    def row_bytes(self) -> int:
+        return self.meta["row_bytes"]
+
+    def __len__(self) -> int:
+        return self.meta["num_batches"]
+
+    def region(self, r: int) -> tuple[int, int]:
+        """Byte offset and length of region r's rows (batch b is region b)."""
+        return int(self.offsets[r]), int(self.rows[r]) * self.row_bytes
+
+    def segment_region(self, b: int) -> int:
+        """The region holding batch b's shared rows."""
+        return len(self) + b // self.meta["segment_batches"]
+
+    def check_features(self, source: FeatureSource) -> None:
+        """Refuses to serve rows of another feature variant (or of a re-encoded one) than was packed."""
+        if self.meta["features"] != source.name:
+            raise DiskgnnError(f"{self.path}: packed from features {self.meta['features']}, not {source.name}; "
+                               f"pack again for {source.name}")
+        if self.meta["features_checksum"] != source.checksum:
+            raise DiskgnnError(f"{self.path}: packed from an earlier {source.path} (its checksum changed since); "
+                               "pack again")
+
+    def check(self, r: int, data) -> None:
+        if xxhash.xxh3_64_hexdigest(data) != self.meta["checksums"][r]:
+            raise DiskgnnError(f"{self.path}: region {r}'s packed rows fail their checksum (file is corrupted)")

@@ -1,0 +1,20 @@
+"""`python -m diskgnn.train`: see diskgnn/train/__init__.py and `--help`."""
+
+import sys
+
+from ..errors import run_cli
+
+
+def main(argv=None) -> None:
+    from .config import resolve
+    from .run import train
+
+    train(resolve(argv))
+
+
+def cli() -> int:
+    return run_cli("train", main)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,207 @@
+"""The trainer's configuration: defaults, then a YAML file, then command-line flags.
+
+Every option has one kebab-case flag and the same key in YAML (kebab or
+snake case). The resolved configuration is saved with the run, so a run can
+be repeated from its own `config.yaml`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .. import defaults
+from ..data.features import RAW_FEATURES
+from ..data.quantize.spec import canonical_spec
+from ..errors import DiskgnnError
+from ..nn.models import MODELS
+from ..units import parse_size
+
+SAMPLING = ("offline", "replay", "online")
+EVAL = ("sampled", "full", "none")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass
+class TrainConfig:
+    data: str | None = field(default=None, metadata={"help": "dataset directory (default: the built-in "
+                                                             "synthetic dataset, prepared once under $DISKGNN_HOME)"})
+    model: str = field(default="sage", metadata={"help": "sage | gcn | gat", "choices": MODELS})
+    fanouts: str = field(default="10,5", metadata={"help": "neighbours per layer, seeds' layer first; -1 = all"})
+    batch_size: int = field(default=1024, metadata={"help": "seeds per batch"})
+    hidden: int = field(default=256, metadata={"help": "hidden size"})
+    heads: int = field(default=4, metadata={"help": "attention heads (gat)"})
+    dropout: float = field(default=0.5, metadata={"help": "dropout between layers"})
+    lr: float = field(default=0.003, metadata={"help": "Adam learning rate"})
+    weight_decay: float = field(default=0.0, metadata={"help": "Adam weight decay"})
+    epochs: int = field(default=3, metadata={"help": "training epochs"})
+    max_batches: int | None = field(default=None, metadata={"help": "stop each epoch after N batches"})
+    seed: int = field(default=0, metadata={"help": "seed for sampling, initialisation and dropout"})
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda", "choices": DEVICES})
+    memory_budget: str = field(default=defaults.MEMORY_BUDGET, metadata={"help": "all host memory the run may use"})
+    host_cache: str = field(default="auto", metadata={
+        "help": "host cache tier budget (auto: half of what the budget leaves after the working set)"})
+    device_cache: str = field(default="auto", metadata={
+        "help": "device cache tier budget with CUDA (auto: a quarter of free device memory)"})
+    sampling: str = field(default="offline", metadata={
+        "help": "offline: fresh samples each epoch, sampled and packed ahead; replay: one sampled epoch "
+                "replayed in a new order (DiskGNN); online: sampled during training, rows read directly",
+        "choices": SAMPLING})
+    features: str = field(default=RAW_FEATURES, metadata={
+        "help": "feature rows to train from: fp32 (features.bin as stored) or a quantized variant stored in the "
+                "dataset (sq1..sq16, lin4, lin8, vq:w=16,L=2048, ...; add one with python -m diskgnn.quantize); "
+                "packs, caches and reads then move code rows, decoded on the training device"})
+    max_blowup: float | None = field(default=None, metadata={
+        "help": "cap on packed rows / nodes (rows shared within a segment of batches are stored once)"})
+    eval: str = field(default="sampled", metadata={
+        "help": "sampled: offline-sampled eval batches; full: layer-wise full-neighbour inference; none",
+        "choices": EVAL})
+    eval_fanouts: str | None = field(default=None, metadata={"help": "fanouts of eval batches (default: --fanouts)"})
+    eval_max_batches: int | None = field(default=None, metadata={"help": "evaluate on at most N batches"})
+    backend: str = field(default="auto", metadata={"help": "reader backend: auto | io_uring | pread | mmap"})
+    read_depth: int | None = field(default=None, metadata={
+        "help": f"batches whose reads are in flight at once (default: {defaults.READ_DEPTH}, fewer where "
+                "--memory-budget needs it)"})
+    threads: int | None = field(default=None, metadata={"help": "sampling and packing threads (default: cores)"})
+    workdir: str | None = field(default=None, metadata={
+        "help": "where samples, packs, checkpoints and the summary go (default: $DISKGNN_HOME/runs/NAME)"})
+    resume: bool = field(default=False, metadata={"help": "continue from the workdir's last checkpoint"})
+    summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+    @property
+    def fanout_list(self) -> list[int]:
+        return _ints(self.fanouts, "--fanouts")
+
+    @property
+    def eval_fanout_list(self) -> list[int]:
+        return _ints(self.eval_fanouts, "--eval-fanouts") if self.eval_fanouts else self.fanout_list
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def validate(self) -> None:
+        fanouts = self.fanout_list
+        if any(f == 0 or f < -1 for f in fanouts):
+            raise DiskgnnError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")
+        if len(self.eval_fanout_list) != len(fanouts):
+            raise DiskgnnError(f"--eval-fanouts {self.eval_fanouts}: needs {len(fanouts)} values, one per layer")
+        for name in ("batch_size", "hidden", "epochs", "heads"):
+            if getattr(self, name) < 1:
+                raise DiskgnnError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        for name in ("max_batches", "eval_max_batches", "threads", "read_depth"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise DiskgnnError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if not 0 <= self.dropout < 1:
+            raise DiskgnnError(f"--dropout {self.dropout}: must be in [0, 1)")
+        if self.lr <= 0:
+            raise DiskgnnError(f"--lr {self.lr}: must be positive")
+        if self.max_blowup is not None and self.max_blowup <= 0:
+            raise DiskgnnError(f"--max-blowup {self.max_blowup}: must be positive")
+        if self.model == "gat" and self.hidden % self.heads:
+            raise DiskgnnError(f"--hidden {self.hidden}: gat needs a multiple of --heads {self.heads}")
+        if self.features != RAW_FEATURES:
+            try:  # a misspelt spec is refused before any work; whether it is stored, when the data is opened
+                canonical_spec(self.features)
+            except DiskgnnError as e:
+                raise DiskgnnError(f"--features {self.features}: expected {RAW_FEATURES} or a quantized variant: "
+                                   f"{e}") from None
+        parse_size(self.memory_budget)
+        for name in ("host_cache", "device_cache"):
+            if getattr(self, name) != "auto":
+                parse_size(getattr(self, name))
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in str(text).split(",")]
+    except ValueError:
+        raise DiskgnnError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+    return values
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def _convert(name: str, value, where: str):
+    """A YAML or flag value as the field's type."""
+    kind = _FIELDS[name].type
+    if value is None:
+        if "None" in kind:
+            return None
+        raise DiskgnnError(f"{where}: {name.replace('_', '-')} cannot be empty")
+    try:
+        if kind.startswith("bool"):
+            if isinstance(value, bool):
+                return value
+            if str(value).lower() in ("true", "yes", "1", "on"):
+                return True
+            if str(value).lower() in ("false", "no", "0", "off"):
+                return False
+            raise ValueError(value)
+        if kind.startswith("int"):
+            return int(value)
+        if kind.startswith("float"):
+            return float(value)
+        return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
+    except (TypeError, ValueError):
+        raise DiskgnnError(f"{where}: {name.replace('_', '-')}: cannot read {value!r} as {kind}") from None
+
+
+def load_yaml(path) -> dict:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise DiskgnnError(f"{path}: cannot read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise DiskgnnError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise DiskgnnError(f"{path}: expected a mapping of option: value")
+    out = {}
+    for key, value in data.items():
+        name = str(key).replace("-", "_")
+        if name not in _FIELDS or name == "config":
+            raise DiskgnnError(f"{path}: unknown option {key!r}")
+        out[name] = _convert(name, value, str(path))
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m diskgnn.train",
+                                description="Plans, samples, packs and trains a GNN out of core.")
+    p.add_argument("--config", metavar="FILE.yaml", help="options from a YAML file (flags override it)")
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type.startswith("bool"):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
+        else:
+            p.add_argument(flag, default=None, help=f"{f.metadata['help']} (default: {f.default})",
+                           choices=f.metadata.get("choices"), metavar=None if "choices" in f.metadata else
+                           f.name.upper())
+    return p
+
+
+def resolve(argv=None) -> TrainConfig:
+    """Defaults, overridden by --config FILE, overridden by the flags given."""
+    args = parser().parse_args(argv)
+    values = load_yaml(args.config) if args.config else {}
+    for name in _FIELDS:
+        given = getattr(args, name)
+        if given is not None:
+            values[name] = _convert(name, given, "--" + name.replace("_", "-"))
+    config = TrainConfig(**values)
+    config.validate()
+    return config
+
+
+def save(config: TrainConfig, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in config.to_dict().items()}, sort_keys=False))
+    tmp.replace(path)

@@ -1,0 +1,237 @@
+"""The run's plan: what --memory-budget holds and where each byte of it goes, decided before any work.
+
+`make_plan` turns (dataset, feature rows, configuration, device) into a
+`Plan`: the working set (bounded from each layer's largest possible sources,
+destinations and edges and the model's temporaries), the reads in flight,
+each memory tier's bytes, the page cache the budget leaves (the topology is
+read ahead into it where it fits), the packer's buffers. Where the budget
+cannot hold the defaults it reads fewer batches ahead and packs from smaller
+buffers before it refuses. Once epoch 0 is sampled and placed,
+`Plan.placed` adds the expected hit rates and the disk the samples and
+packs will take. The run, the printed plan lines and summary.json's "plan"
+all read this one value; nothing here samples, reads or trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .. import defaults
+from ..data.features import FeatureSource
+from ..data.format import Dataset
+from ..errors import DiskgnnError
+from ..nn.models import activation_bytes, layer_dims
+from ..offline.sample import topology_bytes
+from ..units import format_size, parse_size
+from .config import TrainConfig
+
+
+def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple[int, int, int]]:
+    """Upper bounds on each model layer's (source rows, destination rows, edges) for one batch, input
+    layer first; the first layer's sources are the batch's input rows."""
+    hops = [batch_size]  # nodes first reached at each hop, seeds first
+    for f in fanouts:
+        hops.append(ds.num_nodes if f < 0 else hops[-1] * f)
+    reached = [min(ds.num_nodes, sum(hops[: k + 1])) for k in range(len(hops))]
+    layers = []
+    for k in range(len(fanouts), 0, -1):  # the block from hop k's nodes into hop k - 1's
+        f = fanouts[k - 1]
+        edges = ds.num_edges if f < 0 else min(ds.num_edges, reached[k - 1] * f)
+        layers.append((reached[k], reached[k - 1], edges))
+    return layers
+
+
+def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
+                pack_memory: int = defaults.PACK_MEMORY) -> int:
+    """Host memory the run needs besides its caches: an estimate, checked against the budget."""
+    layers = batch_layers(ds, cfg.batch_size, cfg.fanout_list)
+    rows = layers[0][0]
+    # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
+    # the queues between), float32 model input after it (two queued, one being trained).
+    queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
+    dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
+    activations = activation_bytes(cfg.model, layers, dims, cfg.heads)
+    tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
+    return defaults.TRAIN_BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
+
+
+def resolve_device(cfg: TrainConfig) -> str:
+    import torch
+
+    if cfg.device == "cuda" and not torch.cuda.is_available():
+        raise DiskgnnError("--device cuda: CUDA is not available on this machine (torch "
+                           f"{torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA)")
+    if cfg.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return cfg.device
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Every number the run's memory and disk follow (bytes unless named otherwise)."""
+
+    dataset: str
+    num_nodes: int
+    num_edges: int
+    feature_dim: int
+    feature_dtype: str
+    splits: dict[str, int]
+    budget_text: str  # --memory-budget as written
+    budget: int
+    device: str
+    sampling: str
+    features: str  # the stored rows' name: fp32 or a quantized spec
+    features_file: str
+    row_bytes: int
+    raw_row_bytes: int  # features.bin's
+    working_set: int
+    read_depth: int
+    squeezed: bool  # fewer reads in flight or smaller packer buffers than the defaults, to fit
+    pack_floor: int  # the packer's buffers at least (0: online sampling packs nothing)
+    tiers: dict[str, int]  # memory tier -> bytes, fastest first
+    workload: str  # the model and the batches, as the memory line names them
+    page_cache: int = 0  # what the budget leaves beyond the working set and the host cache
+    topology_bytes: int = 0
+    topology_read_ahead: bool = False
+    pack_memory: int = 0
+    # known once epoch 0 is sampled and placed (placed())
+    expected_hit_rates: dict[str, float] = field(default_factory=dict)
+    tier_rows_placed: dict[str, int] = field(default_factory=dict)
+    samples_bytes_per_epoch: int = 0
+    packs_bytes_per_epoch: int = 0
+    disk_needed: int = 0
+    disk_free: int = 0
+
+    @property
+    def feature_bytes(self) -> int:
+        return self.num_nodes * self.row_bytes
+
+    @property
+    def tier_rows(self) -> dict[str, int]:
+        return {name: b // self.row_bytes for name, b in self.tiers.items()}
+
+    def placed(self, placement, samples_bytes: int, packs_bytes: int, copies: float, workdir, disk_free: int
+               ) -> "Plan":
+        """The plan with epoch 0's placement: expected hit rates, and the disk `copies` epochs' samples and
+        packs take at once (refused with one line where the workdir's file system lacks it)."""
+        disk = int(copies * (packs_bytes + samples_bytes))
+        if disk > disk_free:
+            raise DiskgnnError(f"{workdir}: needs ~{format_size(disk)} of disk for samples and packs, "
+                               f"{format_size(disk_free)} free (use --workdir elsewhere, raise the "
+                               "cache budgets or set --max-blowup)")
+        return dataclasses.replace(
+            self, expected_hit_rates=dict(zip(placement.tier_names, placement.expected_hit_rates)),
+            tier_rows_placed={n: int(ids.size) for n, ids in zip(placement.tier_names, placement.tier_ids)},
+            samples_bytes_per_epoch=samples_bytes, packs_bytes_per_epoch=packs_bytes, disk_needed=disk,
+            disk_free=disk_free)
+
+    def lines(self) -> list[str]:
+        """The plan as the run prints it, before sampling (the placement's line comes from placed_line)."""
+        smaller = self.raw_row_bytes / self.row_bytes
+        out = [
+            f"plan: dataset {self.dataset}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, features "
+            f"{self.feature_dim} x {self.feature_dtype} = {format_size(self.num_nodes * self.raw_row_bytes)}; "
+            "splits " + ", ".join(f"{s} {n:,}" for s, n in self.splits.items()),
+            f"plan: --features {self.features}: {self.row_bytes:,} B rows"
+            + (f" ({smaller:.1f}x smaller than features.bin)" if smaller != 1 else "")
+            + f", {format_size(self.feature_bytes)} in {self.features_file}; packs, caches and reads move these "
+            "rows, decoded on the training device",
+            f"plan: memory budget {self.budget_text}: working set ~{format_size(self.working_set)} with reads of "
+            f"{self.read_depth} batches in flight"
+            + (f" and packer buffers from {format_size(self.pack_floor)} (the defaults, {defaults.READ_DEPTH} "
+               f"and {format_size(defaults.PACK_MEMORY)}, do not fit)" if self.squeezed else "")
+            + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // self.row_bytes:,} rows)"
+                                for name, b in self.tiers.items())
+            + f"; device {self.device}; {self.workload}",
+        ]
+        if self.sampling == "online":
+            out.append("plan: online sampling: no placement (future accesses unknown); every row is read from "
+                       f"{self.features_file}")
+        else:
+            out.append(f"plan: topology {format_size(self.topology_bytes)}: "
+                       + ("read ahead into the page cache before each sampling pass" if self.topology_read_ahead
+                          else "sampled through page faults (the budget leaves "
+                               f"{format_size(max(0, self.page_cache))} of page cache)")
+                       + f"; packer buffers {format_size(self.pack_memory)}")
+        return out
+
+    def placed_line(self, workdir) -> str:
+        rates = self.expected_hit_rates
+        return ("plan: expected hit rates "
+                + ", ".join(f"{n} {r:.1%} ({self.tier_rows_placed[n]:,} rows)" for n, r in rates.items())
+                + f", packs {1 - sum(rates.values()):.1%}; samples {format_size(self.samples_bytes_per_epoch)} and "
+                f"packs ~{format_size(self.packs_bytes_per_epoch)} per epoch; {format_size(self.disk_needed)} on "
+                f"disk at once, {format_size(self.disk_free)} free in {workdir}")
+
+    def to_dict(self) -> dict:
+        """summary.json's "plan"."""
+        d = {"features": self.features, "row_bytes": self.row_bytes, "feature_bytes": self.feature_bytes,
+             "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
+             "working_set_bytes": self.working_set, "read_depth": self.read_depth}
+        if self.sampling != "online":
+            d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
+                     page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
+                     packs_bytes_per_epoch=self.packs_bytes_per_epoch,
+                     samples_bytes_per_epoch=self.samples_bytes_per_epoch, disk_needed_bytes=self.disk_needed)
+        return d
+
+
+def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host: int) -> tuple[int, int, int]:
+    """(reads in flight, packer floor, working set): the deepest reads (--read-depth, or READ_DEPTH down to
+    1), then the larger packer floor, that the budget holds beside an explicit --host-cache."""
+    depths = [cfg.read_depth] if cfg.read_depth is not None else range(defaults.READ_DEPTH, 0, -1)
+    # online sampling packs nothing
+    floors = (0,) if cfg.sampling == "online" else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
+    for depth in depths:
+        for pack in floors:
+            need = working_set(ds, source, cfg, depth, pack)
+            if need + host <= budget:
+                return depth, pack, need
+    smallest = working_set(ds, source, cfg, depths[-1], floors[-1])
+    if host and smallest <= budget:
+        raise DiskgnnError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
+                           f"exceed --memory-budget {cfg.memory_budget}")
+    raise DiskgnnError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
+                       f"about {format_size(smallest)} (lower --batch-size or --fanouts, or raise the budget)")
+
+
+def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str) -> Plan:
+    """The plan of a run, before any work: refused with one line where the budget cannot hold it."""
+    budget = parse_size(cfg.memory_budget)
+    explicit_host = 0 if cfg.host_cache == "auto" else parse_size(cfg.host_cache)
+    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host)
+    features = ds.num_nodes * source.row_bytes
+    # no tier larger than all the stored rows; auto: half of what the budget leaves after the working set
+    # (the other half: page cache for segments and the OS)
+    host = min(features, (budget - need) // 2) if cfg.host_cache == "auto" else explicit_host
+    tiers = {"host": host}
+    if device != "cpu":
+        if cfg.device_cache == "auto":
+            import torch
+
+            tiers = {"device": min(features, torch.cuda.mem_get_info()[0] // 4), **tiers}
+        else:
+            tiers = {"device": parse_size(cfg.device_cache), **tiers}
+    plan = Plan(
+        dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
+        feature_dtype=ds.feature_dtype.name, splits={s: int(ds.split(s).size) for s in ("train", "val", "test")},
+        budget_text=cfg.memory_budget, budget=budget, device=device, sampling=cfg.sampling, features=source.name,
+        features_file=source.path.name, row_bytes=source.row_bytes, raw_row_bytes=ds.row_bytes, working_set=need,
+        read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
+        or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers,
+        workload=f"sampling {cfg.sampling}; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, "
+                 f"hidden {cfg.hidden})")
+    if cfg.sampling == "online":
+        return plan
+    # What the budget leaves to the page cache goes first to the topology (read ahead only where it
+    # fits), then half of the rest to the packer: it stages one buffer per batch, so on a fixed
+    # budget its writes shrink as an epoch's batches grow in number (W1 at 16M nodes: 124 KiB with
+    # 256 MiB, 590 KiB with 1 GiB; packing 26 s against 23 s, where 8M nodes took 11 s).
+    page_cache = budget - need - min(features, host)
+    topology = topology_bytes(ds)
+    read_ahead = topology <= page_cache
+    spare = max(0, page_cache - (topology if read_ahead else 0))
+    pack_memory = floor + min(defaults.MAX_PACK_MEMORY - floor, spare // 2)
+    return dataclasses.replace(plan, page_cache=page_cache, topology_bytes=topology, topology_read_ahead=read_ahead,
+                               pack_memory=pack_memory)

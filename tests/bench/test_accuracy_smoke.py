@@ -1,0 +1,143 @@
+"""The accuracy benchmark at a tiny size (Cora, 1 seed, 3 epochs), so that it cannot rot."""
+
+import json
+import math
+
+import pytest
+
+from conftest import shared_dataset
+
+
+def test_accuracy_bench_smoke(tmp_path):
+    shared_dataset("planetoid_cora")
+    from bench import accuracy
+
+    out, md = tmp_path / "accuracy.json", tmp_path / "accuracy.md"
+    begin, end = accuracy.QUANT_MARKERS
+    md.write_text(f"# An older reference table\n\n{begin}\nthe quantized study's tables\n{end}\n")
+    # A quarter of the features in the host tier, so that offline batches also read their packs.
+    accuracy.main(["--smoke", "--host-cache-fraction", "0.25", "--workdir", str(tmp_path / "work"),
+                   "--out", str(out), "--markdown", str(md)])
+    saved = json.loads(out.read_text())
+    for key in ("machine", "versions", "command", "hyperparameters", "datasets", "runs", "aggregate", "wall_s"):
+        assert key in saved
+    assert saved["datasets"]["cora"]["splits"] == {"train": 140, "val": 500, "test": 1000}  # the public split
+    assert saved["datasets"]["cora"]["epochs"] == 3
+    runs = {(r["model"], r["mode"]) for r in saved["runs"]}
+    assert runs == {(m, mode) for m in ("sage", "gcn") for mode in ("reference", "offline", "online")}
+    for r in saved["runs"]:
+        assert math.isfinite(r["test_acc"]) and 0 <= r["test_acc"] <= 1, r
+        assert 0 <= r["best_epoch"] < 3
+    offline = [r for r in saved["runs"] if r["mode"] == "offline"]
+    assert all(0 < r["tier_hit_rates"]["host"] < 1 for r in offline)
+    assert [(a["dataset"], a["model"]) for a in saved["aggregate"]] == [("cora", "sage"), ("cora", "gcn")]
+    for a in saved["aggregate"]:
+        assert a["offline_minus_reference"] == pytest.approx(100 * (a["offline"]["mean"] - a["reference"]["mean"]))
+        assert isinstance(a["pass_reference"], bool) and isinstance(a["pass_online"], bool)
+    text = md.read_text()
+    assert "| cora | sage |" in text and "| cora | gcn |" in text and saved["command"] in text
+    # The reference study rewrites its own part only: the quantized study's section stays.
+    assert "An older reference table" not in text and text.endswith(f"\n{begin}\nthe quantized study's tables\n{end}\n")
+    # The workdirs of the runs are removed; only the logs stay.
+    assert not any((tmp_path / "work" / "runs").iterdir())
+
+
+@pytest.mark.parametrize("model", ["sage", "gcn"])
+def test_trainer_without_sampling_or_dropout_follows_the_reference(tmp_path, model):
+    """All neighbours (fanouts -1,-1), no dropout, one batch: diskgnn.train and the reference take the same
+    Adam steps from the same weights, so their val curves agree epoch by epoch (up to float summation order)."""
+    shared = shared_dataset("planetoid_cora").parent
+    from bench import accuracy, reference
+    from diskgnn.train.config import TrainConfig
+    from diskgnn.train.run import train
+
+    data = accuracy.prepared("cora", shared, tmp_path / "data")
+    hp = {**accuracy.HPARAMS, "dropout": 0.0}
+    ref = reference.reference_train(data, model, epochs=8, seed=3, **hp)
+    cfg = TrainConfig(data=str(data), model=model, fanouts="-1,-1", batch_size=accuracy.BATCH_SIZE, epochs=8,
+                      seed=3, workdir=str(tmp_path / "run"), progress=False, **hp)
+    summary = train(cfg)
+    tolerance = 2 / 500  # two of Cora's 500 val nodes
+    assert summary["val_acc_per_epoch"] == pytest.approx(ref["val_acc_per_epoch"], abs=tolerance)
+    assert summary["test_acc"] == pytest.approx(ref["test_acc"], abs=2 / 1000)
+    assert max(ref["val_acc_per_epoch"]) > 0.7  # it learned: equal curves are not two flat lines
+
+
+def test_quantized_accuracy_bench_smoke(tmp_path):
+    shared_dataset("planetoid_cora")
+    from bench import accuracy
+
+    out, md = tmp_path / "accuracy-quantized.json", tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n\nThe reference study's part.\n")
+    accuracy.main(["--study", "quantized", "--smoke", "--host-cache-fraction", "0.25",
+                   "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown", str(md)])
+    saved = json.loads(out.read_text())
+    assert saved["features"] == ["fp32", "sq16", "sq1"]
+    assert {(r["features"], r["seed"]) for r in saved["runs"]} == {(f, 0) for f in ("fp32", "sq16", "sq1")}
+    for r in saved["runs"]:
+        assert math.isfinite(r["test_acc"]) and 0 <= r["test_acc"] <= 1, r
+        assert 0 < r["tier_hit_rates"]["host"] < 1  # the host tier holds a quarter of the code rows; packs the rest
+    by = {a["features"]: a for a in saved["aggregate"]}
+    # Cora: 1433 float32 values a row; sq16 stores 2 bytes a value, sq1 one bit (180 bytes, the last one padded).
+    assert (by["fp32"]["row_bytes"], by["fp32"]["ratio"]) == (5732, 1.0)
+    assert (by["sq16"]["row_bytes"], by["sq16"]["ratio"]) == (2866, 2.0)
+    assert (by["sq1"]["row_bytes"], by["sq1"]["ratio"]) == (180, 5732 / 180)
+    # sq1's params are its two levels (128 bytes with alignment); sq16's its 65536-entry lookup and thresholds.
+    assert by["sq1"]["ratio_with_params"] == 2708 * 5732 / (2708 * 180 + 128)
+    assert 1.8 < by["sq16"]["ratio_with_params"] < 2.0
+    base = by["fp32"]["test"]["mean"]
+    for name in ("sq16", "sq1"):
+        assert by[name]["delta"] == pytest.approx(100 * (by[name]["test"]["mean"] - base))
+    # sq16 is within 0.03 % of Cora's 0/1 values and its run has fp32's weights, batches and dropout masks.
+    assert by["sq16"]["rel_error"] < 1e-3
+    assert abs(by["sq16"]["delta"]) <= 2.0
+    assert saved["bounds"]["datasets"] == ["cora"] and saved["bounds"]["eight_bit"] == []
+    assert saved["bounds"]["best_30x"]["features"] == "sq1"
+    text = md.read_text()
+    assert text.startswith("# Accuracy\n\nThe reference study's part.\n")
+    assert text.count(accuracy.QUANT_MARKERS[0]) == 1 and "| cora | sq1 | 180 | 31.84× |" in text
+    assert saved["command"] in text
+    # Rendered again from the saved runs: the same tables, and a line saying so.
+    accuracy.main(["--study", "quantized", "--render-only", "--out", str(out), "--markdown", str(md)])
+    again = md.read_text()
+    assert again.count(accuracy.QUANT_MARKERS[0]) == 1 and "rendered from its saved runs" in again
+    assert [line for line in again.splitlines() if line.startswith("| cora |")] == \
+        [line for line in text.splitlines() if line.startswith("| cora |")]
+    # The variants are stored once: a second study reuses them.
+    again = accuracy.with_variants(accuracy.prepared("cora", accuracy.SHARED, tmp_path / "work" / "data"),
+                                   ["fp32", "sq16"])
+    assert again["sq16"]["quantize_s"] is None and again["sq16"]["row_bytes"] == 2866
+
+
+def test_quantized_bounds_and_sections(tmp_path):
+    from bench import accuracy
+
+    def row(dataset, features, delta, ratio):
+        return {"dataset": dataset, "features": features, "delta": delta, "ratio": ratio, "delta_se": 0.2}
+
+    real = list(accuracy.DATASETS)
+    rows = [row(d, "fp32", None, 1.0) for d in real]
+    rows += [row(d, "sq8", -0.2, 4.0) for d in real]  # loses 0.2: passes
+    rows += [row(d, "lin8", delta, 4.0) for d, delta in zip(real, (-1.0, 0.0, 0.0, -0.4))]  # loses 0.35: fails
+    rows += [row(d, "sq8:p=0", 0.1, 4.0) for d in real]  # another 8-bit setting: held to the bound too
+    rows += [row(d, "sq1", -3.0, 31.8) for d in real]
+    rows += [row(d, "vq:w=16,L=2048", -0.5, 31.8) for d in real]
+    rows += [row(d, "vq:w=12,L=1024", 0.0, 23.3) for d in real]  # under 30x: not a candidate
+    rows += [row("synthetic", "sq8", -5.0, 4.0)]  # not a real dataset: not averaged
+    b = accuracy.quantized_bounds(rows)
+    assert b["datasets"] == real
+    assert [(c["features"], c["pass"]) for c in b["eight_bit"]] == [("sq8", True), ("lin8", False), ("sq8:p=0", True)]
+    assert b["eight_bit"][1]["loss"] == pytest.approx(0.35)
+    assert [c["features"] for c in b["over_30x"]] == ["sq1", "vq:w=16,L=2048"]
+    assert (b["best_30x"]["features"], b["best_30x"]["loss"], b["best_30x"]["pass"]) == ("vq:w=16,L=2048", 0.5, True)
+    table = accuracy.bounds_table(b)
+    assert b["eight_bit"][1]["se"] == pytest.approx(0.1)  # four independent s.e. of 0.2, averaged
+    assert "| lin8 | +0.35 (0.10) | FAIL |" in table and "over the bound" in table  # sq1's row is shown, not hidden
+
+    md = tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n\nreference tables\n")
+    accuracy.write_section(md, "first", accuracy.QUANT_MARKERS)
+    accuracy.write_section(md, "second", accuracy.QUANT_MARKERS)
+    begin, end = accuracy.QUANT_MARKERS
+    assert md.read_text() == f"# Accuracy\n\nreference tables\n\n{begin}\nsecond\n{end}\n"
+    assert accuracy.marked_section(md.read_text(), accuracy.QUANT_MARKERS) == f"{begin}\nsecond\n{end}"

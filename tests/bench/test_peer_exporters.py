@@ -1,0 +1,268 @@
+"""bench.peers: MariusGNN and Ginex exports checked byte for byte against numpy oracles built from the raw
+graph; atomic output, errors, and runners that say why a peer did not run."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from bench.peers import ginex, marius
+from bench.peers.common import EXPORT_INFO, csc_edges, read_export_info
+from diskgnn.data.prepare import prepare
+from diskgnn.errors import DiskgnnError
+
+from conftest import oracle_csc, random_graph, run_module, write_npy_dir
+
+N, D, CLASSES = 61, 33, 4
+ISOLATED = np.r_[20:36, 55:61]  # nodes without any edge, in the middle and at the end
+SPLITS = {"train": np.array([7]), "val": np.arange(50, 58), "test": np.arange(20, 31)}  # one train node
+
+
+@pytest.fixture(scope="module")
+def graph():
+    g = random_graph(n=N, e=300, d=D, classes=CLASSES, seed=3)
+    connected = np.setdiff1d(np.arange(N), ISOLATED)
+    g["src"], g["dst"] = connected[g["src"] % len(connected)], connected[g["dst"] % len(connected)]
+    return g
+
+
+@pytest.fixture(scope="module")
+def dataset(graph, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("peers")
+    return prepare(write_npy_dir(tmp / "src", graph, splits=SPLITS), tmp / "ds", progress=False)
+
+
+def edges(graph):
+    """(src, dst) of the stored graph: duplicates merged, sorted by destination then source."""
+    indptr, indices = oracle_csc(N, graph["src"], graph["dst"])
+    return indptr, indices, np.repeat(np.arange(N), np.diff(indptr))
+
+
+def files(directory):
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def export_marius(dataset, out, **kw):
+    base = dict(cap=6000, fanouts=(4, 3), batch_size=16, epochs=2, hidden=8, lr=0.01, memory_budget=4096)
+    return marius.export(dataset, out, **{**base, **kw})
+
+
+def test_marius_files_byte_for_byte(dataset, graph, tmp_path):
+    info = export_marius(dataset, tmp_path / "m")
+    out = tmp_path / "m"
+    plan = info["buffer_plan"]
+    parts, rows, capacity = plan["num_partitions"], plan["partition_rows"], plan["buffer_capacity"]
+    # cap 6000: 3000 bytes for the buffer, so several partitions of 132-byte rows, N not a multiple of them
+    assert rows == -(-N // parts) and N % parts and 2 <= capacity < parts
+    assert (capacity + 1) * rows * D * 4 <= 3000
+
+    _, src, dst = edges(graph)
+    bucket = (src // rows) * parts + dst // rows
+    order = np.lexsort((src, dst, bucket))  # bucket-major, then destination, then source
+    pairs = np.stack([src[order], dst[order]], axis=1).astype("<i4")
+    assert (out / "edges/train_edges.bin").read_bytes() == pairs.tobytes()
+    offsets = [int(x) for x in (out / "edges/train_partition_offsets.txt").read_text().splitlines()]
+    assert offsets == np.bincount(bucket, minlength=parts * parts).tolist() and sum(offsets) == len(src)
+    assert offsets[-1] == 0  # the last partition holds only isolated nodes
+
+    assert (out / "nodes/features.bin").read_bytes() == graph["feat"].astype("<f4").tobytes()
+    assert (out / "nodes/labels.bin").read_bytes() == graph["labels"].astype("<i4").tobytes()
+    for name, rel in (("train", "train_nodes"), ("val", "validation_nodes"), ("test", "test_nodes")):
+        assert (out / f"nodes/{rel}.bin").read_bytes() == SPLITS[name].astype("<i4").tobytes()
+
+    stats = yaml.safe_load((out / "dataset.yaml").read_text())
+    assert list(stats) == ["dataset_dir", "num_edges", "num_nodes", "num_relations", "num_train", "num_valid",
+                           "num_test", "node_feature_dim", "rel_feature_dim", "num_classes", "initialized"]
+    assert stats == {"dataset_dir": f"{out}/", "num_edges": len(src), "num_nodes": N, "num_relations": 1,
+                     "num_train": 1, "num_valid": 8, "num_test": 11, "node_feature_dim": D, "rel_feature_dim": -1,
+                     "num_classes": CLASSES, "initialized": False}
+
+
+def test_marius_config_matches_the_run(dataset, tmp_path):
+    info = export_marius(dataset, tmp_path / "m")
+    text = (tmp_path / "m" / marius.CONFIG).read_text()
+    cfg = yaml.safe_load(text)
+    assert "&id" not in text  # plain YAML, no anchors
+    stats = yaml.safe_load((tmp_path / "m" / "dataset.yaml").read_text())
+    model, storage, training = cfg["model"], cfg["storage"], cfg["training"]
+    assert model["learning_task"] == "NODE_CLASSIFICATION" and model["decoder"]["type"] == "NODE"
+    encoder = model["encoder"]
+    assert encoder["use_incoming_nbrs"] is True and encoder["use_outgoing_nbrs"] is False
+    assert [s["options"]["max_neighbors"] for s in encoder["train_neighbor_sampling"]] == [4, 3]
+    assert all(s["type"] == "UNIFORM" for s in encoder["train_neighbor_sampling"])
+    feature, *gnn = encoder["layers"]
+    assert feature == [{"type": "FEATURE", "output_dim": D, "bias": False}]
+    assert [(layer["options"]["type"], layer["input_dim"], layer["output_dim"]) for [layer] in gnn] == \
+        [("GRAPH_SAGE", D, 8), ("GRAPH_SAGE", 8, CLASSES)]
+    assert model["dense_optimizer"]["options"]["learning_rate"] == 0.01
+    assert storage["dataset"] == {k: v for k, v in stats.items() if k != "initialized"}
+    features = storage["features"]
+    assert features["type"] == "PARTITION_BUFFER" and storage["embeddings"] == features
+    assert features["options"]["num_partitions"] == info["buffer_plan"]["num_partitions"]
+    assert features["options"]["buffer_capacity"] == info["buffer_plan"]["buffer_capacity"]
+    assert storage["edges"] == {"type": "FLAT_FILE", "options": {"dtype": "int"}}
+    assert storage["nodes"]["options"]["dtype"] == "int" and storage["model_dir"] == f"{tmp_path / 'm'}/model/"
+    assert training["batch_size"] == 16 and training["num_epochs"] == 2
+    assert json.loads((tmp_path / "m" / EXPORT_INFO).read_text())["options"]["fanouts"] == [4, 3]
+
+
+def test_edge_chunks_cross_runs_of_nodes_without_in_edges():
+    rng = np.random.default_rng(0)
+    degree = rng.integers(0, 4, 500)
+    degree[100:400] = 0  # wider than any chunk: dst comes from a search, not per-node arrays
+    indptr = np.concatenate([[0], np.cumsum(degree)])
+    ds = SimpleNamespace(indptr=indptr, indices=rng.integers(0, 500, indptr[-1]), num_edges=int(indptr[-1]))
+    for max_edges in (1, 7, 64, 10**6):
+        chunks = list(csc_edges(ds, max_edges))
+        assert max(len(src) for src, _ in chunks) <= max_edges
+        assert np.concatenate([src for src, _ in chunks]).tolist() == ds.indices.tolist()
+        assert np.concatenate([dst for _, dst in chunks]).tolist() == np.repeat(np.arange(500), degree).tolist()
+
+
+def test_buffer_plan_fits_the_cap_at_scale():
+    plan = marius.buffer_plan(8_000_000, 128, 2 << 30)
+    assert plan["resident_bytes"] <= 1 << 30 and 2 <= plan["buffer_capacity"] < plan["num_partitions"]
+    assert plan["partition_rows"] * plan["num_partitions"] >= 8_000_000
+    small = marius.buffer_plan(1000, 16, 2 << 30)  # fits easily: MariusGNN's 16 partitions, all but one buffered
+    assert (small["num_partitions"], small["buffer_capacity"]) == (16, 15)
+    with pytest.raises(DiskgnnError, match="less than 3 partitions"):
+        marius.buffer_plan(1000, 128, 2000)
+
+
+def test_ginex_files_byte_for_byte(dataset, graph, tmp_path):
+    info = ginex.export(dataset, tmp_path / "g", cap="1GiB", fanouts=(4, 3), batch_size=16, memory_budget=4096)
+    out = tmp_path / "g"
+    indptr, src, dst = edges(graph)
+    assert (out / "indptr.dat").read_bytes() == indptr.astype("<i8").tobytes()
+    assert (out / "indices.dat").read_bytes() == src.astype("<i8").tobytes()
+    assert (out / "features.dat").read_bytes() == graph["feat"].astype("<f4").tobytes()
+    assert (out / "labels.dat").read_bytes() == graph["labels"].astype("<f4").tobytes()
+    assert json.loads((out / "conf.json").read_text()) == {
+        "num_nodes": N, "indptr_shape": [N + 1], "indptr_dtype": "int64", "indices_shape": [len(src)],
+        "indices_dtype": "int64", "features_shape": [N, D], "features_dtype": "float32", "labels_shape": [N, 1],
+        "labels_dtype": "float32", "num_classes": CLASSES}
+
+    split = torch.load(out / "split_idx.pth", weights_only=True)
+    assert sorted(split) == ["test", "train", "valid"]
+    for key, name in (("train", "train"), ("valid", "val"), ("test", "test")):
+        assert split[key].dtype == torch.int64 and split[key].tolist() == SPLITS[name].tolist()
+
+    # prepare_dataset.py's score, computed its way: torch degrees from the CSC and CSR indptr, + eps
+    eps = 0.00000001
+    in_num = torch.from_numpy(np.diff(indptr)) + eps
+    out_num = torch.from_numpy(np.bincount(src, minlength=N)) + eps
+    score = torch.load(out / "nc_score.pth", weights_only=True)
+    assert score.dtype == torch.float32 and torch.equal(score, out_num / in_num)
+    assert info["neigh_cache_bytes"] == info["feature_cache_bytes"] == (1 << 30) // 4
+
+
+@pytest.mark.parametrize("peer", ["marius", "ginex"])
+def test_exports_stream_in_small_chunks_and_convert_half_features(graph, peer, tmp_path):
+    ds = prepare(write_npy_dir(tmp_path / "src", graph, splits=SPLITS), tmp_path / "ds16",
+                 feature_dtype="float16", progress=False)
+    export = {"marius": export_marius, "ginex": ginex.export}[peer]
+    export(ds, tmp_path / "small", memory_budget=4096)
+    export(ds, tmp_path / "large", memory_budget="64MiB")
+    small, large = files(tmp_path / "small"), files(tmp_path / "large")
+    assert small.keys() == large.keys()
+    for name in small:  # the chunking shows nowhere but in the export's recorded path
+        assert small[name].replace(bytes(tmp_path / "small"), bytes(tmp_path / "large")) == large[name], name
+    feature_file = {"marius": "nodes/features.bin", "ginex": "features.dat"}[peer]
+    assert small[feature_file] == graph["feat"].astype(np.float16).astype("<f4").tobytes()
+
+
+def test_ginex_refuses_rows_longer_than_its_gather_reads(tmp_path):
+    g = random_graph(n=5, e=8, d=1025, classes=2, seed=0)
+    ds = prepare(write_npy_dir(tmp_path / "src", g), tmp_path / "wide", progress=False)
+    with pytest.raises(DiskgnnError, match="features.bin: rows of 1025 float32 values .* at most 1024"):
+        ginex.export(ds, tmp_path / "g")
+    assert not (tmp_path / "g").exists()
+
+
+def test_output_is_never_half_written(dataset, tmp_path, monkeypatch):
+    out = tmp_path / "m"
+    export_marius(dataset, out)
+    with pytest.raises(DiskgnnError, match="already exists"):
+        export_marius(dataset, out)
+    before = files(out)
+
+    def fail(*args, **kw):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(marius, "_write_edges", fail)  # after features, labels and splits are written
+    with pytest.raises(OSError):
+        export_marius(dataset, out, overwrite=True)
+    assert files(out) == before and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    monkeypatch.undo()
+    (out / "stale").write_text("from an older export")
+    export_marius(dataset, out, overwrite=True, fanouts=(2,))
+    assert not (out / "stale").exists() and sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+
+
+def test_bad_inputs_are_one_line_errors_naming_the_file(dataset, tmp_path):
+    with pytest.raises(DiskgnnError, match="nope: not a dataset directory"):
+        marius.export(tmp_path / "nope", tmp_path / "m")
+    with pytest.raises(DiskgnnError, match="less than 3 partitions"):
+        export_marius(dataset, tmp_path / "m", cap=100)
+    with pytest.raises(DiskgnnError, match=f"{tmp_path}/missing: the output's parent"):
+        export_marius(dataset, tmp_path / "missing" / "m")
+    assert not (tmp_path / "m").exists()
+    with pytest.raises(DiskgnnError, match=f"{EXPORT_INFO}: cannot read"):
+        read_export_info(tmp_path)
+
+
+def test_cli_exports_and_reports_errors_in_one_line(dataset, tmp_path):
+    ok = run_module("bench.peers.export", "--data", dataset, "--to", "ginex", "--out", tmp_path / "g",
+                    "--fanouts", "3,2", "--memory-budget", "1MiB", check=True)
+    assert "exported" in ok.stdout and (tmp_path / "g" / "conf.json").exists()
+    assert json.loads((tmp_path / "g" / EXPORT_INFO).read_text())["options"]["fanouts"] == [3, 2]
+    bad = run_module("bench.peers.export", "--data", tmp_path / "nope", "--to", "marius", "--out", tmp_path / "m")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert bad.stderr.startswith("python -m bench.peers.export: error:") and "nope" in bad.stderr
+    assert run_module("bench.peers.export", "--data", dataset, "--to", "dgl", "--out", tmp_path / "x").returncode == 2
+
+
+def test_runners_say_why_a_peer_did_not_run(dataset, tmp_path, monkeypatch):
+    export_marius(dataset, tmp_path / "m")
+    ginex.export(dataset, tmp_path / "g")
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    assert marius.run(tmp_path / "m") == {"system": "marius", "status": "not installed",
+                                          "why": "marius_train is not on PATH (MariusGNN is not installed; "
+                                                 "see docs/peers.md)"}
+    monkeypatch.delenv("GINEX_HOME", raising=False)
+    row = ginex.run(tmp_path / "g")
+    assert row["status"] == "not installed" and "GINEX_HOME is not set" in row["why"]
+    home = tmp_path / "ginex"
+    home.mkdir()
+    monkeypatch.setenv("GINEX_HOME", str(home))
+    row = ginex.run(tmp_path / "g")
+    assert row["status"] == "not installed" and "has no run_ginex.py or create_neigh_cache.py" in row["why"]
+    for script in ("run_ginex.py", "create_neigh_cache.py"):
+        (home / script).write_text("raise SystemExit('must not run')\n")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    row = ginex.run(tmp_path / "g")
+    assert row == {"system": "ginex", "status": "unavailable",
+                   "why": "no CUDA device: run_ginex.py puts the model on cuda:N"}
+
+
+def test_marius_runner_parses_epoch_times(dataset, tmp_path, monkeypatch):
+    export_marius(dataset, tmp_path / "m")
+    fake = tmp_path / "bin" / "marius_train"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\necho "[info] Epoch Runtime: 63ms"\necho "[info] Epoch Runtime: 1.5ms" >&2\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(fake.parent))
+    row = marius.run(tmp_path / "m", cap="256MiB")
+    if row["status"] == "unavailable":  # no memory cgroup here (not root): the row says so
+        assert row["why"].startswith("cannot apply the memory cap")
+        return
+    assert row["status"] == "ok" and row["epoch_times_s"] == pytest.approx([0.063, 0.0015])
+    assert row["argv"] == [str(fake), str(tmp_path / "m" / marius.CONFIG)] and row["cap_bytes"] == 256 << 20
+    fake.write_text("#!/bin/sh\necho out of memory >&2\nexit 3\n")
+    row = marius.run(tmp_path / "m", cap="256MiB")
+    assert row["status"] == "failed" and row["why"] == "exit 3: out of memory"

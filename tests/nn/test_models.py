@@ -1,0 +1,99 @@
+"""Models over blocks: native aggregation against torch's index ops, dropout, layer-wise inference."""
+
+import numpy as np
+import pytest
+import torch
+
+from diskgnn.data.format import open_dataset
+from diskgnn.data.prepare import prepare
+from diskgnn.loading.blocks import TensorBlock, full_block, sampled_blocks
+from diskgnn.nn.inference import full_neighbour_logits
+from diskgnn.nn.models import GNN, Dropout
+from diskgnn.offline.sample import sample_epoch
+
+from conftest import random_graph, write_npy_dir
+
+
+def block_cases():
+    rng = np.random.default_rng(0)
+    yield "empty", np.zeros(1, np.int64), np.zeros(0, np.int64), 0, 3
+    yield "one row", np.array([0, 1]), np.array([0]), 1, 1
+    # zero-degree destinations, duplicate sources, more than one thread's share of edges
+    counts = rng.integers(0, 40, size=199)
+    counts[[0, 7, 198]] = 0
+    indptr = np.concatenate([[0], np.cumsum(counts)])
+    indices = rng.integers(0, 4097, size=indptr[-1])
+    indices[:50] = 3
+    yield "skewed", indptr, indices, 199, 4097
+
+
+@pytest.mark.parametrize("case", list(block_cases()), ids=lambda c: c[0])
+@pytest.mark.parametrize("dim", [1, 33, 256])
+def test_native_neighbour_sum_equals_index_add(case, dim):
+    _, indptr, indices, nd, ns = case
+    block = TensorBlock.from_csc(indptr, indices, nd, ns)
+    h = torch.randn(ns, dim, requires_grad=True)
+    got = block.sum_neighbours(h)
+    h2 = h.detach().clone().requires_grad_(True)
+    want = torch.zeros(nd, dim).index_add_(0, block.dst, h2[block.indices])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    g = torch.randn(nd, dim)
+    (got * g).sum().backward()
+    (want * g).sum().backward()
+    torch.testing.assert_close(h.grad, h2.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_native_neighbour_sum_rejects_bad_ids():
+    block = TensorBlock.from_csc(np.array([0, 2]), np.array([0, 5]), 1, 3)
+    with pytest.raises(ValueError, match="out of range"):
+        block.sum_neighbours(torch.randn(3, 4))
+
+
+def test_dropout_is_seeded_scaled_and_off_in_eval():
+    d = Dropout(0.25)
+    h = torch.ones(300, 200)
+    d.reseed(7)
+    a = d(h)
+    d.reseed(7)
+    assert torch.equal(a, d(h))
+    kept = (a != 0).float().mean().item()
+    assert 0.72 < kept < 0.78 and torch.allclose(a[a != 0], torch.tensor(1 / 0.75))
+    d.eval()
+    assert d(h) is h
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("models")
+    g = random_graph(n=199, e=900, d=9, classes=3, seed=4)
+    g["dst"][g["dst"] == 11] = 12  # node 11 has no in-edges
+    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 199, 2), "val": np.arange(1, 199, 4),
+                                                "test": np.arange(3, 199, 4)})
+    return open_dataset(prepare(src, tmp / "ds", progress=False))
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+def test_sampled_blocks_with_all_neighbours_equal_layerwise_inference(small_dataset, tmp_path, kind):
+    ds = small_dataset
+    sf = sample_epoch(ds, tmp_path / "all.samples", fanouts=[-1, -1], batch_size=37, seed=0, epoch=0,
+                      seeds=ds.split("val"))
+    torch.manual_seed(0)
+    model = GNN(kind, ds.feature_dim, 16, ds.num_classes, 2, 0.5).eval()
+    features = torch.from_numpy(np.array(ds.features))
+    seeds, outs = [], []
+    with torch.no_grad():
+        for batch in sf:
+            outs.append(model(sampled_blocks(batch), features[torch.from_numpy(np.array(batch.nodes))]))
+            seeds.append(batch.seeds)
+    seeds = np.concatenate(seeds)
+    layerwise = full_neighbour_logits(model, ds, seeds, tmp_path / "inf", batch_size=50)
+    torch.testing.assert_close(torch.cat(outs), layerwise, rtol=1e-4, atol=1e-5)
+    assert not list((tmp_path / "inf").iterdir())  # intermediate layers are removed
+
+
+def test_full_block_of_every_node_is_the_graph(small_dataset):
+    ds = small_dataset
+    block, src = full_block(ds.indptr, ds.indices, np.arange(ds.num_nodes))
+    assert np.array_equal(src, np.arange(ds.num_nodes))
+    assert np.array_equal(block.indices.numpy(), np.asarray(ds.indices))
+    assert block.deg[11].item() == 0

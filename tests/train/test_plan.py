@@ -1,0 +1,151 @@
+"""The plan: layer bounds hold for every sampled batch, the working set bounds a real step, the budget is fitted."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from diskgnn.data.features import feature_source
+from diskgnn.data.format import open_dataset
+from diskgnn.data.prepare import prepare
+from diskgnn.defaults import MIN_PACK_MEMORY, PACK_MEMORY, READ_DEPTH
+from diskgnn.errors import DiskgnnError
+from diskgnn.offline.sample import sample_epoch
+from diskgnn.train.plan import batch_layers, working_set
+from diskgnn.train.run import train
+
+from conftest import random_graph, write_npy_dir
+from conftest import train_config as config
+
+
+@pytest.mark.parametrize("fanouts", [[4, 3], [-1, 3], [50, 50]])
+def test_batch_layers_bound_every_sampled_batch(train_data, tmp_path, fanouts):
+    ds = open_dataset(train_data)
+    bounds = batch_layers(ds, 47, fanouts)
+    for batch in sample_epoch(ds, tmp_path / "s.samples", fanouts=fanouts, batch_size=47, seed=0, epoch=0,
+                              seeds=ds.split("train")):
+        actual = [(b.num_src, b.num_dst, b.indices.size) for b in batch.blocks[::-1]]
+        assert actual[0][0] == batch.nodes.size
+        for got, bound in zip(actual, bounds):
+            assert all(g <= b for g, b in zip(got, bound)), (got, bound)
+
+
+STEP_MEMORY = """
+import json, sys
+import numpy as np, torch, torch.nn.functional as F
+from diskgnn.data.format import open_dataset
+from diskgnn.memory import AnonPeak, limit_malloc_arenas, _status_kib
+from diskgnn.loading.blocks import sampled_blocks
+from diskgnn.nn.models import GNN, activation_bytes, layer_dims
+from diskgnn.offline.sample import sample_epoch
+limit_malloc_arenas()
+data, kind, work = sys.argv[1:4]
+ds = open_dataset(data)
+batch = next(iter(sample_epoch(ds, work, fanouts=[10, 5], batch_size=512, seed=0, epoch=0, seeds=ds.split("train"))))
+blocks = sampled_blocks(batch)
+x = torch.from_numpy(np.array(ds.features)[batch.nodes])
+y = torch.from_numpy(np.asarray(ds.labels)[batch.seeds].astype(np.int64))
+model = GNN(kind, ds.feature_dim, 128, ds.num_classes, 2, 0.5)
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+base = _status_kib("RssAnon:") * 1024
+with AnonPeak(0.0005) as peak:
+    for _ in range(2):
+        opt.zero_grad()
+        F.cross_entropy(model(blocks, x), y).backward()
+        opt.step()
+layers = [(b.num_src, b.num_dst, b.indices.size) for b in batch.blocks[::-1]]
+dims = layer_dims(ds.feature_dim, 128, ds.num_classes, len(layers))
+print(json.dumps({"measured": peak.peak_bytes - base, "estimate": activation_bytes(kind, layers, dims, 4)}))
+"""
+
+
+@pytest.fixture(scope="module")
+def wide_dataset(tmp_path_factory):
+    """Large enough that one step's temporaries (tens of MiB) stand out of the allocator's noise."""
+    tmp = tmp_path_factory.mktemp("wide")
+    g = random_graph(n=20000, e=200000, d=64, classes=8, seed=2)
+    return prepare(write_npy_dir(tmp / "src", g), tmp / "ds", progress=False)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+def test_activation_bytes_bound_what_a_training_step_takes(wide_dataset, tmp_path, kind):
+
+    # a fresh process: memory freed by earlier tests would otherwise be reused unseen
+    proc = subprocess.run([sys.executable, "-c", STEP_MEMORY, str(wide_dataset), kind, str(tmp_path / "s")],
+                          capture_output=True, text=True, check=True)
+    r = json.loads(proc.stdout)
+    assert r["measured"] > 4 << 20, r  # the measurement saw the step at all
+    assert r["estimate"] >= r["measured"], r
+
+
+def test_small_budget_reads_fewer_batches_ahead_and_packs_with_smaller_buffers(train_data, tmp_path):
+    ds = open_dataset(train_data)
+    source = feature_source(ds)
+    cfg = config(train_data, tmp_path / "f", epochs=1, host_cache="auto")
+    tight = working_set(ds, source, cfg, read_depth=2, pack_memory=MIN_PACK_MEMORY)
+    assert tight < working_set(ds, source, cfg, read_depth=1, pack_memory=PACK_MEMORY)
+    summary = train(config(train_data, tmp_path / "f", epochs=1, host_cache="auto", memory_budget=str(tight)))
+    plan = summary["plan"]
+    assert plan["read_depth"] == 2 and plan["working_set_bytes"] == tight
+    assert MIN_PACK_MEMORY <= plan["pack_memory_bytes"] < PACK_MEMORY
+    roomy = train(config(train_data, tmp_path / "g", epochs=1))
+    assert roomy["plan"]["read_depth"] == READ_DEPTH and roomy["train_loss"] == summary["train_loss"]
+    with pytest.raises(DiskgnnError, match="is too small"):  # an explicit depth is kept, not lowered
+        train(config(train_data, tmp_path / "h", epochs=1, host_cache="auto", memory_budget=str(tight),
+                      read_depth=READ_DEPTH))
+
+
+def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
+    from diskgnn.train.plan import make_plan
+
+    ds = open_dataset(train_data)
+    source = feature_source(ds)
+    cfg = config(train_data, tmp_path, host_cache="auto", memory_budget="1GiB")
+    plan = make_plan(ds, source, cfg, "cpu")
+    assert plan.budget == 1 << 30 and plan.read_depth == READ_DEPTH and not plan.squeezed
+    assert plan.working_set == working_set(ds, source, cfg, READ_DEPTH, PACK_MEMORY)
+    assert plan.tiers == {"host": min(ds.num_nodes * ds.row_bytes, (plan.budget - plan.working_set) // 2)}
+    assert plan.page_cache == plan.budget - plan.working_set - plan.tiers["host"]
+    assert plan.topology_read_ahead and PACK_MEMORY <= plan.pack_memory <= PACK_MEMORY + plan.page_cache // 2
+    lines = plan.lines()
+    assert [line.split(":")[0] for line in lines] == ["plan"] * 4
+    assert "memory budget 1GiB: working set" in lines[2] and "read ahead" in lines[3]
+    assert plan.to_dict()["tier_rows"] == {"host": plan.tiers["host"] // 64}
+    assert not list(tmp_path.iterdir()), "planning wrote files"
+
+    online = make_plan(ds, source, config(train_data, tmp_path, sampling="online"), "cpu")
+    assert online.pack_memory == 0 and not online.squeezed and "online sampling" in online.lines()[-1]
+    assert "pack_memory_bytes" not in online.to_dict()
+
+
+def test_the_plan_squeezes_then_refuses(train_data, tmp_path):
+    from diskgnn.train.plan import make_plan
+
+    ds = open_dataset(train_data)
+    source = feature_source(ds)
+    cfg = config(train_data, tmp_path, host_cache="auto")
+    tight = working_set(ds, source, cfg, read_depth=1, pack_memory=MIN_PACK_MEMORY)
+    plan = make_plan(ds, source, config(train_data, tmp_path, host_cache="auto", memory_budget=str(tight)), "cpu")
+    assert plan.squeezed and plan.read_depth == 1 and plan.pack_floor == MIN_PACK_MEMORY
+    assert "packer buffers from 64.0 MiB (the defaults, 4 and 256.0 MiB, do not fit)" in plan.lines()[2]
+    with pytest.raises(DiskgnnError, match="--memory-budget 100MiB is too small"):
+        make_plan(ds, source, config(train_data, tmp_path, memory_budget="100MiB"), "cpu")
+    with pytest.raises(DiskgnnError, match="--host-cache 1GiB plus the working set"):
+        make_plan(ds, source, config(train_data, tmp_path, memory_budget=str(tight), host_cache="1GiB"), "cpu")
+
+
+def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_path):
+    from diskgnn.offline.placement import place
+    from diskgnn.train.plan import make_plan
+
+    ds = open_dataset(train_data)
+    plan = make_plan(ds, feature_source(ds), config(train_data, tmp_path), "cpu")
+    counts = np.arange(ds.num_nodes, dtype=np.int32)
+    placement = place(counts, ds.row_bytes, list(plan.tiers.items()))
+    placed = plan.placed(placement, 1000, 3000, 2.5, tmp_path, disk_free=1 << 30)
+    assert placed.disk_needed == 10_000 and set(placed.expected_hit_rates) == {"host"}
+    assert "9.8 KiB on disk at once" in placed.placed_line(tmp_path)
+    with pytest.raises(DiskgnnError, match="needs ~9.8 KiB of disk"):
+        plan.placed(placement, 1000, 3000, 2.5, tmp_path, disk_free=9000)

@@ -1,0 +1,102 @@
+"""Training runs end to end: it learns, the summary, determinism, resume, the modes, checkpoints, Ctrl-C."""
+
+import json
+
+import pytest
+
+from diskgnn.data.features import feature_source
+from diskgnn.data.format import open_dataset
+from diskgnn.errors import DiskgnnError
+from diskgnn.train.plan import working_set
+from diskgnn.train.run import train
+
+from conftest import train_config as config
+
+
+def test_training_learns_and_the_summary_has_every_field(train_data, tmp_path):
+    summary = train(config(train_data, tmp_path / "run", epochs=3, summary_json=str(tmp_path / "s.json")))
+    on_disk = json.loads((tmp_path / "s.json").read_text())
+    for key in ("epoch_times_s", "sample_s", "pack_s", "stage_times_s", "tiers", "disk_bytes_read",
+                "peak_rss_bytes", "peak_anon_bytes", "backend", "val_acc", "test_acc", "versions", "config"):
+        assert key in on_disk, key
+    assert 0 < on_disk["peak_anon_bytes"] <= on_disk["peak_rss_bytes"]
+    assert len(summary["epoch_times_s"]) == 3 and summary["test_acc"] > 0.6  # chance: 0.25
+    tiers = summary["tiers"]
+    assert tiers["host"]["hits"] > 0 and tiers["disk"]["hits"] > 0 and summary["disk_bytes_read"] > 0
+    assert set(summary["stage_times_s"]) >= {"sample", "read", "assemble", "train"}
+    assert (tmp_path / "run" / "config.yaml").exists() and (tmp_path / "run" / "checkpoints" / "best.pt").exists()
+    # the next epoch's files are deleted once it is done; only the last epoch's stay
+    assert sorted(p.name for p in (tmp_path / "run" / "epochs").glob("epoch-*.samples")) == ["epoch-00002.samples"]
+
+
+def test_same_seed_same_result_and_online_sampling_sees_the_same_batches(train_data, tmp_path):
+    a = train(config(train_data, tmp_path / "a"))
+    # b's budget is its working set plus a host cache of every row: no page cache left to read the topology into
+    ds = open_dataset(train_data)
+    features = ds.num_nodes * ds.row_bytes
+    need = working_set(ds, feature_source(ds), config(train_data, tmp_path))
+    b = train(config(train_data, tmp_path / "b", memory_budget=str(need + features), host_cache=str(features)))
+    assert a["plan"]["topology_read_ahead"] and not b["plan"]["topology_read_ahead"]
+    online = train(config(train_data, tmp_path / "c", sampling="online"))
+    assert a["train_loss"] == b["train_loss"] and a["test_acc"] == b["test_acc"]
+    assert online["train_loss"] == pytest.approx(a["train_loss"], rel=1e-5)
+    assert online["val_acc"] == a["val_acc"]
+
+
+def test_resume_continues_to_the_same_result(train_data, tmp_path):
+    straight = train(config(train_data, tmp_path / "s", epochs=3))
+    train(config(train_data, tmp_path / "r", epochs=2))
+    resumed = train(config(train_data, tmp_path / "r", epochs=3, resume=True))
+    assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-6)
+    assert resumed["test_acc"] == straight["test_acc"]
+
+
+@pytest.mark.parametrize("kw", [dict(sampling="replay", max_blowup=1.0), dict(model="gat", eval="full"),
+                                dict(model="gcn", max_batches=2, eval_max_batches=1, read_depth=1)])
+def test_modes_run(train_data, tmp_path, kw):
+    summary = train(config(train_data, tmp_path / "m", **kw))
+    assert 0 <= summary["test_acc"] <= 1
+    if "max_batches" in kw:
+        assert summary["stage_times_s"]["train"]["items"] == 2 * 2
+
+
+def test_corrupted_checkpoint_is_refused(train_data, tmp_path):
+    train(config(train_data, tmp_path / "k", epochs=1))
+    last = tmp_path / "k" / "checkpoints" / "last.pt"
+    data = bytearray(last.read_bytes())
+    data[-10] ^= 0xFF
+    last.write_bytes(bytes(data))
+    with pytest.raises(DiskgnnError, match="last.pt: fails its checksum"):
+        train(config(train_data, tmp_path / "k", epochs=2, resume=True))
+
+
+def test_ctrl_c_stops_cleanly_in_one_line(train_data, tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    def as_from_a_shell():
+        # A child inherits ignored and blocked signals. In the full suite, the pytest process (its libraries'
+        # threads) can hand SIGINT down ignored or blocked, which a terminal never does; start from its state.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+    proc = subprocess.Popen([sys.executable, "-m", "diskgnn.train", "--data", str(train_data), "--workdir",
+                             str(tmp_path / "run"), "--fanouts", "4,3", "--batch-size", "1", "--hidden", "16",
+                             "--epochs", "100000", "--host-cache", "8KiB", "--no-progress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=as_from_a_shell)
+    parent_state = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    try:
+        # Interrupt while epoch 1 trains (its packer ran beside epoch 0). The epochs are tiny here, so
+        # there are more than can finish before the signal lands on a busy or an idle machine.
+        for line in proc.stdout:
+            if line.startswith("epoch 0:"):
+                break
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, (err, parent_state)
+    assert err.strip().splitlines()[-1] == "train: interrupted" and "Traceback" not in err
