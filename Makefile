@@ -15,7 +15,7 @@ LIB_SRC := $(filter-out native/bindings.cc,$(wildcard native/*.cc))
 # Keep compiled objects between runs (they are pattern-rule intermediates).
 .SECONDARY:
 
-.PHONY: setup run test test-python test-native asan bench bench-deps bench-smoke clean distclean native-deps
+.PHONY: setup run test test-deps test-python test-native asan bench bench-deps bench-smoke clean distclean native-deps
 
 setup: $(EXT)
 
@@ -63,9 +63,20 @@ $(EXT): $(DEPS) $(URING) setup.py $(NATIVE)
 run: setup
 	$(VPY) -m diskgnn.train
 
-test: setup
+test: setup test-deps
 	@$(MAKE) --no-print-directory test-native
 	$(VPY) -m pytest -q tests
+
+# The fault tests mirror files through FUSE (bench/faultfs.py): libfuse2 for fusepy, installed when missing
+# (root + apt only); without it those tests skip and say why.
+test-deps:
+	@if ! ldconfig -p 2>/dev/null | grep -q 'libfuse.so.2'; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "test: installing libfuse2 for the fault-injection tests"; \
+	    mkdir -p build; (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libfuse2) \
+	      >build/apt-fuse.log 2>&1 || echo "test: apt-get failed (see build/apt-fuse.log): the FUSE tests will skip"; \
+	  fi; \
+	fi
 
 test-python: setup
 	$(VPY) -m pytest -q tests

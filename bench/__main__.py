@@ -5,7 +5,7 @@
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "accuracy"]
+BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "accuracy", "faults", "budget"]
 
 
 def main(argv=None) -> None:

@@ -53,7 +53,7 @@ from diskgnn.data.quantize.cli import quantize_dataset
 from diskgnn.data.quantize.spec import canonical_spec, parse_spec, spec_slug
 from diskgnn.errors import DiskgnnError
 from diskgnn.train.config import TrainConfig
-from diskgnn.train.run import train, versions
+from diskgnn.train.loop import train, versions
 
 from .common import machine_info, write_json
 from .reference import load, reference_train

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from diskgnn.train.run import versions
+from diskgnn.train.loop import versions
 
 from . import epoch as bench_epoch
 from . import report

@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import DiskgnnError
+from .errors import DiskgnnError, UsageError
 from .units import parse_size
 
 
@@ -60,7 +60,7 @@ def _parse(env: str, text: str, kind: str):
     except (ValueError, DiskgnnError):
         what = {"size": "a size such as 512MiB", "budget": "a size such as 2GiB", "int": "a whole number >= 0", "float": "a positive number",
                 "bool": "true or false"}[kind]
-        raise DiskgnnError(f"{env}={text!r}: expected {what}") from None
+        raise UsageError(f"{env}={text!r}: expected {what}") from None
 
 
 def _knob(name: str, default, kind: str, help: str):

@@ -1,5 +1,12 @@
-"""User-facing errors and the CLI wrapper that prints them as one line."""
+"""User-facing errors and the CLI wrapper that prints them as one line.
 
+Exit status: 0 done, 1 a data or environment error (a file missing, corrupted
+or unreadable, a full disk), 2 a usage error (a flag, config key or value given
+wrong), 130 interrupted.
+"""
+
+import argparse
+import difflib
 import importlib
 import signal
 import sys
@@ -7,12 +14,40 @@ import threading
 
 
 class DiskgnnError(Exception):
-    """An error caused by the user's input or environment, not by a bug.
+    """An error caused by the user's data or environment, not by a bug.
 
     The message is complete on its own: it names the file and what is wrong.
-    Command-line entry points print it as one line and exit non-zero,
+    Command-line entry points print it as one line and exit with `exit_status`,
     without a traceback.
     """
+
+    exit_status = 1
+
+
+class UsageError(DiskgnnError):
+    """A flag, config key or option value given wrong; the message names it."""
+
+    exit_status = 2
+
+
+def closest(word: str, choices) -> str:
+    """' (did you mean X?)' for the closest of `choices`, or '' when none is close."""
+    match = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose errors are one line (a UsageError), like every other error of the commands."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError as '<file>: <what failed>' (the native reader's errors carry the offset in strerror)."""
+    where = e.filename if e.filename is not None else ""
+    what = e.strerror or str(e)
+    return f"{where}: {what}" if where else what
 
 
 _interrupted = False
@@ -54,7 +89,10 @@ def run_cli(command: str, main, argv=None) -> int:
         main(argv)
     except DiskgnnError as e:
         print(f"{command}: error: {e}", file=sys.stderr)
-        return 2
+        return e.exit_status
+    except OSError as e:  # the environment refused a file operation no check foresaw: still one line
+        print(f"{command}: error: {os_error_line(e)}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{command}: interrupted", file=sys.stderr)
         return 130

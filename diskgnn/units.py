@@ -2,7 +2,7 @@
 
 import re
 
-from .errors import DiskgnnError
+from .errors import DiskgnnError, UsageError
 
 _UNITS = {
     "": 1, "b": 1,
@@ -13,13 +13,17 @@ _UNITS = {
 }
 
 
-def parse_size(text) -> int:
-    """Parses a byte size; bare K/M/G/T are binary (like `dd`), KB/MB/GB decimal."""
+def parse_size(text, option: str | None = None) -> int:
+    """Parses a byte size; bare K/M/G/T are binary (like `dd`), KB/MB/GB decimal. With `option`
+    (e.g. "--memory-budget"), a bad value is a UsageError naming it."""
     if isinstance(text, int):
         return text
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
     if not m or m.group(2).lower() not in _UNITS:
-        raise DiskgnnError(f"cannot read size {text!r}: use a number with an optional unit such as 512MiB, 8GiB or 2GB")
+        what = "use a number with an optional unit such as 512MiB, 8GiB or 2GB"
+        if option:
+            raise UsageError(f"{option} {text}: cannot read as a size ({what})")
+        raise DiskgnnError(f"cannot read size {text!r}: {what}")
     return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
 
 

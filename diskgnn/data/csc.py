@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DiskgnnError
+from .files import guard_io
 from .format import DatasetBuilder, index_dtype
 
 # Peak bytes per edge while a bucket is sorted: the int64 key, the deduplicated
@@ -90,8 +91,13 @@ class CscBuilder:
         pairs[:, 1] = src[order]
         starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
         ends = np.r_[starts[1:], bucket.size]
-        for s, e in zip(starts, ends):
-            self._file(int(bucket[s])).write(pairs[s:e].tobytes())
+
+
+        def spill() -> None:
+            for s, e in zip(starts, ends):
+                self._file(int(bucket[s])).write(pairs[s:e].tobytes())
+
+        guard_io(self.dir, spill)
 
     def _file(self, b: int):
         f = self._files.get(b)
@@ -121,7 +127,7 @@ class CscBuilder:
         """Sorts the edges of dst range [lo, hi) from `path` and appends them."""
         nedges = path.stat().st_size // (2 * self.spill_dtype.itemsize) if path.exists() else 0
         if nedges > self.max_bucket_edges and hi - lo > 1:
-            return self._split_range(path, lo, hi, offset, indptr_w, indices_w)
+            return guard_io(path.parent, lambda: self._split_range(path, lo, hi, offset, indptr_w, indices_w))
         if nedges > self.max_bucket_edges:
             raise DiskgnnError(f"{self.source_name}: node {lo} has {nedges} in-edges, more than the memory "
                                f"budget can sort ({self.max_bucket_edges}); raise --memory-budget")

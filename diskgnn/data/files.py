@@ -2,10 +2,12 @@
 
 Every file diskgnn writes is raw little-endian data hashed as it is written
 (`ArrayFileWriter`) or a JSON index carrying its own checksum (`write_index_tmp`,
-`read_index`); both are written under a temporary name and renamed into place.
-A whole directory (a dataset) is built in a temporary sibling and renamed
-(`StagedDirectory`). A full disk or a read-only file system becomes a one-line
-user error (`guard_io`).
+`read_index`); both are written under a temporary name and renamed into place
+(`write_atomic` for small whole files). A whole directory (a dataset) is built
+in a temporary sibling and renamed (`StagedDirectory`). Temporary names are
+`.NAME.tmp-PID` (`temp_path`), so that a later run finds what a killed one left
+behind (`remove_stale_temps`) and nothing mistakes it for the real thing. A full
+disk or a read-only file system becomes a one-line user error (`guard_io`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -24,6 +27,77 @@ from ..errors import DiskgnnError
 
 ALIGN = 4096  # every data file starts and is padded to a 4 KiB boundary, for O_DIRECT
 CHECKSUM_ALGO = "xxh3_128"
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)$")
+
+
+def temp_path(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place: `.NAME.tmp-PID` beside it."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
+
+
+def is_temp(path: Path) -> bool:
+    """Whether `path` is a temporary sibling (a file or directory being written, or left by a killed run)."""
+    return _TEMP.match(Path(path).name) is not None
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temps(directory: Path, name: str | None = None, *, recursive: bool = False,
+                       any_pid: bool = False) -> list[Path]:
+    """Removes the temporary siblings (`.NAME.tmp-PID`, `.NAME.old-PID`) that runs killed before their rename
+    left in `directory`: those of `name` only, or all; those whose process is gone, or (`any_pid`, for a
+    directory this process holds a lock on) all but this process's own. Returns what it removed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    entries = directory.rglob(".*") if recursive else directory.glob(".*")
+    for p in sorted(entries):
+        m = _TEMP.match(p.name)
+        if not m or (name is not None and m.group("name") != name):
+            continue
+        pid = int(m.group("pid"))
+        if pid == os.getpid() or (not any_pid and _alive(pid)):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p)
+    return removed
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` so that a crash at any instant leaves the old file or the new one: a temporary
+    sibling is written and fsynced, then renamed over it. A full disk is one line and keeps the old file."""
+    path = Path(path)
+    tmp = temp_path(path)
+
+    def write():
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+    try:
+        guard_io(path, write)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_path(path.parent)
 
 
 def padded(nbytes: int) -> int:
@@ -51,10 +125,17 @@ def read_index(path: Path, fmt: str, version: int) -> dict:
 
 
 def write_index_tmp(path: Path, meta: dict) -> Path:
-    """Adds the checksum and writes the index under its temporary name; the caller renames it last."""
+    """Adds the checksum and writes the index under its temporary name (fsynced); the caller renames it last."""
     meta["manifest_checksum"] = manifest_checksum(meta)
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
-    tmp.write_text(json.dumps(meta))
+    tmp = temp_path(path)
+
+    def write():
+        with open(tmp, "w") as f:
+            f.write(json.dumps(meta))
+            f.flush()
+            os.fsync(f.fileno())
+
+    guard_io(tmp, write)
     return tmp
 
 
@@ -62,9 +143,18 @@ def read_chunks(path: Path, chunk_bytes: int = defaults.READ_CHUNK_BYTES):
     """Yields a whole file front to back as views of one reused buffer (memory stays at `chunk_bytes`)."""
     buf = bytearray(chunk_bytes)
     view = memoryview(buf)
+    offset = 0
     with open(path, "rb", buffering=0) as f:
-        while n := f.readinto(buf):
+        while True:
+            try:
+                n = f.readinto(buf)
+            except OSError as e:  # a failing device: say where, as the native reader does
+                raise DiskgnnError(f"{path}: read of {chunk_bytes} bytes at offset {offset} failed: {e.strerror}") \
+                    from None
+            if not n:
+                return
             yield view[:n]
+            offset += n
 
 
 def file_checksum(path: Path, chunk_bytes: int = defaults.READ_CHUNK_BYTES) -> str:
@@ -147,19 +237,47 @@ class ArrayFileWriter:
         self._f.close()
 
 
+def _exchange(a: Path, b: Path) -> bool:
+    """Swaps two paths in one step (renameat2 RENAME_EXCHANGE); False where the kernel or file system cannot."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(libc, "renameat2", None)
+    if fn is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def replace_directory(tmp: Path, out: Path) -> None:
     """Puts the finished directory `tmp` at `out`, replacing what is there with renames only.
 
-    A reader sees the old directory or the new one, never a mix; the old one
-    is deleted after the swap.
+    A reader sees the old directory or the new one, never a mix: the two are
+    exchanged in one step where the file system can, else the old one is
+    renamed aside first (a kill in between is undone by `recover_directory`).
+    The old one is deleted after the swap.
     """
+    if not out.exists():
+        os.rename(tmp, out)
+        return
+    if _exchange(tmp, out):
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def recover_directory(out: Path) -> None:
+    """Puts back the old `out` that a run killed between replace_directory's two renames left aside."""
     if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.rename(out, old)
-        os.rename(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.rename(tmp, out)
+        return
+    for old in sorted(out.parent.glob(f".{out.name}.old-*")):
+        m = _TEMP.match(old.name)
+        if m and not _alive(int(m.group("pid"))):
+            os.rename(old, out)
+            return
 
 
 class StagedDirectory:
@@ -171,11 +289,13 @@ class StagedDirectory:
 
     def __init__(self, out, overwrite: bool = False):
         self.out = Path(out).absolute()
-        if self.out.exists() and not overwrite:
-            raise DiskgnnError(f"{self.out}: already exists (pass --overwrite to replace it)")
         if not self.out.parent.is_dir():
             raise DiskgnnError(f"{self.out.parent}: the output's parent directory does not exist")
-        self.tmp = self.out.parent / f".{self.out.name}.tmp-{os.getpid()}"
+        recover_directory(self.out)
+        if self.out.exists() and not overwrite:
+            raise DiskgnnError(f"{self.out}: already exists (pass --overwrite to replace it)")
+        self.stale_removed = remove_stale_temps(self.out.parent, self.out.name)  # what a killed run left
+        self.tmp = temp_path(self.out)
         self.committed = False
 
     def __enter__(self):

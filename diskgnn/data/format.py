@@ -21,7 +21,6 @@ done on open (`open_dataset`).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +35,9 @@ from .files import (
     ArrayFileWriter,
     StagedDirectory,
     file_checksum,
-    fsync_path,
-    guard_io,
+    is_temp,
     manifest_checksum,
+    write_atomic,
 )
 
 FORMAT_NAME = "diskgnn-dataset"
@@ -63,29 +62,15 @@ def index_dtype(num_nodes: int) -> np.dtype:
     return np.dtype(np.int32) if num_nodes < 2**31 else np.dtype(np.int64)
 
 
-def _write_manifest_file(path: Path, manifest: dict) -> None:
-    def write():
-        with open(path, "w") as f:
-            json.dump(manifest, f, indent=2, sort_keys=True)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-
-    guard_io(path, write)
+def _manifest_bytes(manifest: dict) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
 
 
 def write_manifest(path, manifest: dict) -> None:
     """Replaces an existing dataset's manifest atomically (a temporary file renamed over it),
     with its checksum recomputed; for files added to a dataset after prepare (quantized features)."""
-    path = Path(path)
     manifest["manifest_checksum"] = manifest_checksum(manifest)
-    tmp = path / f".{MANIFEST}.tmp-{os.getpid()}"
-    try:
-        _write_manifest_file(tmp, manifest)
-        os.rename(tmp, path / MANIFEST)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_path(path)
+    write_atomic(Path(path) / MANIFEST, _manifest_bytes(manifest))
 
 
 class DatasetBuilder(StagedDirectory):
@@ -126,7 +111,7 @@ class DatasetBuilder(StagedDirectory):
             "producer": {"name": "diskgnn", "version": __version__, **meta.get("producer", {})},
         }
         manifest["manifest_checksum"] = manifest_checksum(manifest)
-        _write_manifest_file(self.tmp / MANIFEST, manifest)
+        write_atomic(self.tmp / MANIFEST, _manifest_bytes(manifest))
         return self.commit()
 
 
@@ -206,6 +191,9 @@ def read_manifest(path) -> dict:
     """Loads and checks manifest.json: format, version, its own checksum."""
     path = Path(path)
     mpath = path / MANIFEST
+    if is_temp(path):
+        raise DiskgnnError(f"{path}: the temporary directory of a prepare that did not finish, not a dataset (the "
+                           "next prepare of the same --out removes it)")
     if not path.is_dir():
         raise DiskgnnError(f"{path}: not a dataset directory (does not exist or is not a directory)")
     if not mpath.is_file():

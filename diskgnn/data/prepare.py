@@ -21,7 +21,7 @@ import numpy as np
 from tqdm import tqdm
 
 from .. import defaults
-from ..errors import DiskgnnError
+from ..errors import ArgumentParser, DiskgnnError, UsageError
 from ..memory import peak_rss_bytes
 from ..units import format_size, parse_size
 from .csc import CscBuilder
@@ -36,9 +36,9 @@ def _parse_floats(text: str, n: int, flag: str):
     try:
         values = [float(x) for x in text.split(",")]
     except ValueError:
-        raise DiskgnnError(f"{flag}: expected {n} comma-separated numbers, got {text!r}") from None
+        raise UsageError(f"{flag}: expected {n} comma-separated numbers, got {text!r}") from None
     if len(values) != n:
-        raise DiskgnnError(f"{flag}: expected {n} comma-separated numbers, got {text!r}")
+        raise UsageError(f"{flag}: expected {n} comma-separated numbers, got {text!r}")
     return tuple(values)
 
 
@@ -55,17 +55,17 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     `progress` shows bars (None: when on a terminal); `report` prints a summary line.
     `quantize` lists quantizer specs (docs/quantization.md) whose variants are stored too.
     """
-    budget = parse_size(memory_budget)
+    budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
-        raise DiskgnnError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
+        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
-        raise DiskgnnError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
-    specs = list(dict.fromkeys(canonical_spec(s) for s in quantize))  # bad specs fail before any work
+        raise UsageError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
+    specs = list(dict.fromkeys(canonical_spec(s, "--quantize") for s in quantize))  # bad specs fail before any work
     src = open_source(str(source), format, ogb_split=ogb_split, synthetic=synthetic)
     out_dtype = np.dtype(feature_dtype) if feature_dtype else (
         src.feature_dtype if src.feature_dtype.name in FEATURE_DTYPES else np.dtype(np.float32))
     if out_dtype.name not in FEATURE_DTYPES:
-        raise DiskgnnError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
+        raise UsageError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
     work = budget - defaults.PREPARE_BASE_RSS
     row_bytes = src.feature_dim * max(src.feature_dtype.itemsize, out_dtype.itemsize, 4)
     feat_rows = max(1, work // (4 * row_bytes))
@@ -186,7 +186,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m diskgnn.prepare", description=__doc__.split("\n\n")[0],
+    p = ArgumentParser(prog="python -m diskgnn.prepare", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="input directory or file, or 'synthetic'")
     p.add_argument("--out", required=True, help="dataset directory to create")

@@ -9,13 +9,12 @@ valid. Every check streams its file in chunks.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import numpy as np
 
 from .. import defaults
-from ..errors import DiskgnnError
+from ..errors import ArgumentParser, DiskgnnError
 from .format import SPLITS, check_file_checksum, check_file_sizes, read_manifest
 from .quantize.variants import check_quantized
 
@@ -96,7 +95,7 @@ def verify(path) -> list[str]:
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m diskgnn.verify", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m diskgnn.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("dataset", help="dataset directory written by diskgnn.prepare")
     args = ap.parse_args(argv)
     problems = verify(args.dataset)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from .. import defaults
-from ..errors import DiskgnnError, raise_if_interrupted
+from ..errors import DiskgnnError, os_error_line, raise_if_interrupted
 
 _DONE = object()
 
@@ -140,7 +140,9 @@ class Pipeline:
                 if self._error is not None:
                     name, error = self._error
                     if isinstance(error, DiskgnnError):  # the user's data or settings: stays one line
-                        raise DiskgnnError(f"pipeline stage '{name}': {error}") from error
+                        raise type(error)(f"pipeline stage '{name}': {error}") from error
+                    if isinstance(error, OSError):  # a read the device failed (EIO): the file and offset, one line
+                        raise DiskgnnError(f"pipeline stage '{name}': {os_error_line(error)}") from error
                     raise PipelineError(name, error) from error
                 if item is _DONE:
                     return

@@ -161,6 +161,15 @@ class GNN(nn.Module):
         """Seeds dropout (set per epoch, so that a resumed run repeats the same masks)."""
         self.dropout.reseed(seed)
 
+    @property
+    def dropout_state(self) -> dict:
+        """Where dropout's random stream stands (a mid-epoch checkpoint keeps it, to resume the same masks)."""
+        return self.dropout.rng.bit_generator.state
+
+    @dropout_state.setter
+    def dropout_state(self, state: dict) -> None:
+        self.dropout.rng.bit_generator.state = state
+
     def layer(self, i: int, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
         """Layer i alone (layer-wise inference runs the layers one at a time over all nodes)."""
         h = self.layers[i](block, h)

@@ -38,9 +38,9 @@ import xxhash
 
 from .. import defaults
 from ..data.features import FeatureSource, feature_source
-from ..data.files import guard_io, padded, read_index, write_index_tmp
+from ..data.files import guard_io, padded, read_index, temp_path, write_index_tmp
 from ..data.format import Dataset
-from ..errors import DiskgnnError
+from ..errors import DiskgnnError, UsageError
 from ..units import parse_size
 from .placement import Placement
 
@@ -113,7 +113,7 @@ def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | 
     while _segment_rows(cold_ids, size) > max_blowup * num_nodes:
         if size >= len(cold_ids):
             least = _segment_rows(cold_ids, len(cold_ids)) / num_nodes
-            raise DiskgnnError(f"--max-blowup {max_blowup:g} cannot be met: even one segment of all "
+            raise UsageError(f"--max-blowup {max_blowup:g} cannot be met: even one segment of all "
                                f"{len(cold_ids)} batches stores {least:.2f} x num_nodes rows (raise the cap "
                                f"or the cache budgets)")
         size = min(2 * size, len(cold_ids))
@@ -165,10 +165,10 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     offsets = np.concatenate([[0], np.cumsum([padded(int(n) * row) for n in sizes])]).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     ids = np.concatenate(p.regions).astype(np.int64, copy=False) if p.regions else np.empty(0, np.int64)
-    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp = temp_path(out_path)
     start = time.perf_counter()
     try:
-        stats = guard_io(tmp, lambda: _native.pack_regions(
+        stats = guard_io(out_path, lambda: _native.pack_regions(
             str(source.path), source.num_rows, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
             memory_budget=budget, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
             write_depth=defaults.PACK_WRITE_DEPTH, direct="auto"))
@@ -185,7 +185,8 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     index = np.concatenate([a for b in range(nb) for a in (p.own_pos[b], p.shared_pos[b], p.shared_slot[b])]
                            or [np.empty(0, np.int32)]).astype("<i4")
     pos_path = out_path.with_name(out_path.name + ".pos")
-    index.tofile(pos_path.with_name(pos_path.name + ".tmp"))
+    pos_tmp = temp_path(pos_path)
+    guard_io(pos_path, lambda: index.tofile(pos_tmp))
     meta = {
         "format": PACKS_FORMAT, "format_version": PACKS_VERSION,
         "samples": sample_file.meta["manifest_checksum"], "features": source.name,
@@ -198,7 +199,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     }
     meta_tmp = write_index_tmp(out_path.with_name(out_path.name + ".json"), meta)
     os.replace(tmp, out_path)
-    os.replace(pos_path.with_name(pos_path.name + ".tmp"), pos_path)
+    os.replace(pos_tmp, pos_path)
     os.replace(meta_tmp, out_path.with_name(out_path.name + ".json"))
     packs = PackFile(out_path)
     packs.packing = stats

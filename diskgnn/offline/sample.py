@@ -23,7 +23,7 @@ import numpy as np
 import xxhash
 
 from .. import defaults
-from ..data.files import read_chunks, read_index, write_index_tmp
+from ..data.files import guard_io, read_chunks, read_index, temp_path, write_index_tmp
 from ..data.format import Dataset
 from ..errors import DiskgnnError
 
@@ -186,7 +186,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     batches = epoch_seeds(seeds, batch_size, seed, epoch)[:max_batches]
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)
-    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp = temp_path(out_path)
     offsets, checksums = [0], []
 
     def write(f, records) -> None:
@@ -195,23 +195,30 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
             offsets.append(offsets[-1] + len(rec))
             checksums.append(xxhash.xxh3_64_hexdigest(rec))
 
-    # Group g is written while group g + 1 is sampled (both release the GIL): written after
-    # sampling, the page cache's write throttling added W1 16M's 0.9 GB in 1.4 s to 4.7 s of sampling.
-    with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer:
-        written = None
-        for g in range(0, len(batches), defaults.SAMPLE_GROUP):
-            group = batches[g: g + defaults.SAMPLE_GROUP]
-            flat = np.concatenate(group) if group else np.empty(0, np.int64)
-            bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
-            keys = [batch_key(epoch, g + i) for i in range(len(group))]
-            records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads)
+    def sample_all() -> None:
+        # Group g is written while group g + 1 is sampled (both release the GIL): written after
+        # sampling, the page cache's write throttling added W1 16M's 0.9 GB in 1.4 s to 4.7 s of sampling.
+        with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer:
+            written = None
+            for g in range(0, len(batches), defaults.SAMPLE_GROUP):
+                group = batches[g: g + defaults.SAMPLE_GROUP]
+                flat = np.concatenate(group) if group else np.empty(0, np.int64)
+                bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
+                keys = [batch_key(epoch, g + i) for i in range(len(group))]
+                records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads)
+                if written is not None:
+                    written.result()  # one group in flight: its records are the memory this holds
+                written = writer.submit(write, f, records)
             if written is not None:
-                written.result()  # one group in flight: its records are the memory this holds
-            written = writer.submit(write, f, records)
-        if written is not None:
-            written.result()
-        f.flush()
-        os.fsync(f.fileno())
+                written.result()
+            f.flush()
+            os.fsync(f.fileno())
+
+    try:
+        guard_io(out_path, sample_all)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     meta = {
         "format": SAMPLES_FORMAT, "format_version": SAMPLES_VERSION,
         "dataset": dataset.manifest["manifest_checksum"],

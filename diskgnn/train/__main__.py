@@ -7,7 +7,7 @@ from ..errors import run_cli
 
 def main(argv=None) -> None:
     from .config import resolve
-    from .run import train
+    from .loop import train
 
     train(resolve(argv))
 

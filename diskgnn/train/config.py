@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,8 +17,10 @@ import yaml
 
 from .. import defaults
 from ..data.features import RAW_FEATURES
+from ..data.files import write_atomic
 from ..data.quantize.spec import canonical_spec
-from ..errors import DiskgnnError
+from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
+from ..io.reader import BACKENDS
 from ..nn.models import MODELS
 from ..units import parse_size
 
@@ -62,14 +65,20 @@ class TrainConfig:
         "choices": EVAL})
     eval_fanouts: str | None = field(default=None, metadata={"help": "fanouts of eval batches (default: --fanouts)"})
     eval_max_batches: int | None = field(default=None, metadata={"help": "evaluate on at most N batches"})
-    backend: str = field(default="auto", metadata={"help": "reader backend: auto | io_uring | pread | mmap"})
+    backend: str = field(default="auto", metadata={"help": "reader backend: " + " | ".join(BACKENDS),
+                                                   "choices": BACKENDS})
     read_depth: int | None = field(default=None, metadata={
         "help": f"batches whose reads are in flight at once (default: {defaults.READ_DEPTH}, fewer where "
                 "--memory-budget needs it)"})
     threads: int | None = field(default=None, metadata={"help": "sampling and packing threads (default: cores)"})
     workdir: str | None = field(default=None, metadata={
         "help": "where samples, packs, checkpoints and the summary go (default: $DISKGNN_HOME/runs/NAME)"})
-    resume: bool = field(default=False, metadata={"help": "continue from the workdir's last checkpoint"})
+    resume: bool = field(default=False, metadata={
+        "help": "continue from the workdir's last checkpoint (mid-epoch ones too: the next batch on); without "
+                "one, start from the beginning"})
+    checkpoint_every: str = field(default="10min", metadata={
+        "help": "save a checkpoint during an epoch every so often: a time (90s, 10min, 1h) or a number of batches "
+                "(500); 0 or off: at epoch ends only"})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -84,44 +93,74 @@ class TrainConfig:
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
+    @property
+    def checkpoint_interval(self) -> tuple[str, float] | None:
+        """("batches", N) or ("seconds", S) between mid-epoch checkpoints; None: at epoch ends only."""
+        return _interval(self.checkpoint_every)
+
     def validate(self) -> None:
+        for f in dataclasses.fields(self):
+            choices = f.metadata.get("choices")
+            value = getattr(self, f.name)
+            if choices and value not in choices:
+                raise UsageError(f"--{f.name.replace('_', '-')} {value}: expected one of {', '.join(choices)}"
+                                 + closest(str(value), choices))
+        self.checkpoint_interval  # noqa: B018 - refuses a bad value now, not an epoch in
         fanouts = self.fanout_list
         if any(f == 0 or f < -1 for f in fanouts):
-            raise DiskgnnError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")
+            raise UsageError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")
         if len(self.eval_fanout_list) != len(fanouts):
-            raise DiskgnnError(f"--eval-fanouts {self.eval_fanouts}: needs {len(fanouts)} values, one per layer")
+            raise UsageError(f"--eval-fanouts {self.eval_fanouts}: needs {len(fanouts)} values, one per layer")
         for name in ("batch_size", "hidden", "epochs", "heads"):
             if getattr(self, name) < 1:
-                raise DiskgnnError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         for name in ("max_batches", "eval_max_batches", "threads", "read_depth"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise DiskgnnError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if not 0 <= self.dropout < 1:
-            raise DiskgnnError(f"--dropout {self.dropout}: must be in [0, 1)")
+            raise UsageError(f"--dropout {self.dropout}: must be in [0, 1)")
         if self.lr <= 0:
-            raise DiskgnnError(f"--lr {self.lr}: must be positive")
+            raise UsageError(f"--lr {self.lr}: must be positive")
         if self.max_blowup is not None and self.max_blowup <= 0:
-            raise DiskgnnError(f"--max-blowup {self.max_blowup}: must be positive")
+            raise UsageError(f"--max-blowup {self.max_blowup}: must be positive")
         if self.model == "gat" and self.hidden % self.heads:
-            raise DiskgnnError(f"--hidden {self.hidden}: gat needs a multiple of --heads {self.heads}")
+            raise UsageError(f"--hidden {self.hidden}: gat needs a multiple of --heads {self.heads}")
         if self.features != RAW_FEATURES:
             try:  # a misspelt spec is refused before any work; whether it is stored, when the data is opened
                 canonical_spec(self.features)
             except DiskgnnError as e:
-                raise DiskgnnError(f"--features {self.features}: expected {RAW_FEATURES} or a quantized variant: "
-                                   f"{e}") from None
-        parse_size(self.memory_budget)
+                raise UsageError(f"--features {self.features}: expected {RAW_FEATURES} or a quantized variant: "
+                                 f"{e}") from None
+        if self.summary_json and not Path(self.summary_json).absolute().parent.is_dir():
+            raise UsageError(f"--summary-json {self.summary_json}: its directory does not exist")
+        parse_size(self.memory_budget, "--memory-budget")
         for name in ("host_cache", "device_cache"):
             if getattr(self, name) != "auto":
-                parse_size(getattr(self, name))
+                parse_size(getattr(self, name), f"--{name.replace('_', '-')}")
 
 
 def _ints(text: str, flag: str) -> list[int]:
     try:
         values = [int(x) for x in str(text).split(",")]
     except ValueError:
-        raise DiskgnnError(f"{flag}: expected comma-separated integers, got {text!r}") from None
+        raise UsageError(f"{flag} {text}: expected comma-separated integers") from None
     return values
+
+
+_SECONDS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
+
+
+def _interval(text: str) -> tuple[str, float] | None:
+    t = str(text).strip().lower()
+    if t in ("0", "off", "none"):
+        return None
+    if t.isdigit():
+        return "batches", int(t)
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(s|sec|min|m|h)", t)
+    if not m or float(m.group(1)) <= 0:
+        raise UsageError(f"--checkpoint-every {text}: expected a time such as 90s, 10min or 1h, a number of "
+                         "batches, or off")
+    return "seconds", float(m.group(1)) * _SECONDS[m.group(2)]
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
@@ -133,7 +172,7 @@ def _convert(name: str, value, where: str):
     if value is None:
         if "None" in kind:
             return None
-        raise DiskgnnError(f"{where}: {name.replace('_', '-')} cannot be empty")
+        raise UsageError(f"{where}: {name.replace('_', '-')} cannot be empty")
     try:
         if kind.startswith("bool"):
             if isinstance(value, bool):
@@ -149,7 +188,7 @@ def _convert(name: str, value, where: str):
             return float(value)
         return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
     except (TypeError, ValueError):
-        raise DiskgnnError(f"{where}: {name.replace('_', '-')}: cannot read {value!r} as {kind}") from None
+        raise UsageError(f"{where}: {name.replace('_', '-')}: cannot read {value!r} as {kind.split(' ')[0]}") from None
 
 
 def load_yaml(path) -> dict:
@@ -159,32 +198,34 @@ def load_yaml(path) -> dict:
     except OSError as e:
         raise DiskgnnError(f"{path}: cannot read ({e.strerror})") from None
     except yaml.YAMLError as e:
-        raise DiskgnnError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise DiskgnnError(f"{path}: expected a mapping of option: value")
+        raise UsageError(f"{path}: expected a mapping of option: value")
     out = {}
     for key, value in data.items():
         name = str(key).replace("-", "_")
-        if name not in _FIELDS or name == "config":
-            raise DiskgnnError(f"{path}: unknown option {key!r}")
-        out[name] = _convert(name, value, str(path))
+        if name not in _FIELDS:
+            raise UsageError(f"{path}: unknown option {key!r}"
+                             + closest(str(key), [n.replace("_", "-") for n in _FIELDS]))
+        if isinstance(value, dict):
+            raise UsageError(f"{path}: {key}: expected a value, got a mapping")
+        out[name] = _convert(name, value, f"{path}: {key}")
     return out
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m diskgnn.train",
-                                description="Plans, samples, packs and trains a GNN out of core.")
+    p = ArgumentParser(prog="python -m diskgnn.train", description="Plans, samples, packs and trains a GNN out of core.")
     p.add_argument("--config", metavar="FILE.yaml", help="options from a YAML file (flags override it)")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.type.startswith("bool"):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
         else:
-            p.add_argument(flag, default=None, help=f"{f.metadata['help']} (default: {f.default})",
-                           choices=f.metadata.get("choices"), metavar=None if "choices" in f.metadata else
-                           f.name.upper())
+            # Choices are checked by validate() (a YAML value needs the same check), so one message serves both.
+            shown = "" if f.default is None else f" (default: {f.default})"
+            p.add_argument(flag, default=None, help=f"{f.metadata['help']}{shown}", metavar=f.name.upper())
     return p
 
 
@@ -202,6 +243,5 @@ def resolve(argv=None) -> TrainConfig:
 
 
 def save(config: TrainConfig, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump({k.replace("_", "-"): v for k, v in config.to_dict().items()}, sort_keys=False))
-    tmp.replace(path)
+    text = yaml.safe_dump({k.replace("_", "-"): v for k, v in config.to_dict().items()}, sort_keys=False)
+    write_atomic(path, text.encode())

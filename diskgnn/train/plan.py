@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from .. import defaults
 from ..data.features import FeatureSource
 from ..data.format import Dataset
-from ..errors import DiskgnnError
+from ..errors import DiskgnnError, UsageError
 from ..nn.models import activation_bytes, layer_dims
 from ..offline.sample import topology_bytes
 from ..units import format_size, parse_size
@@ -60,7 +60,7 @@ def resolve_device(cfg: TrainConfig) -> str:
     import torch
 
     if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise DiskgnnError("--device cuda: CUDA is not available on this machine (torch "
+        raise UsageError("--device cuda: CUDA is not available on this machine (torch "
                            f"{torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA)")
     if cfg.device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -190,9 +190,9 @@ def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host
                 return depth, pack, need
     smallest = working_set(ds, source, cfg, depths[-1], floors[-1])
     if host and smallest <= budget:
-        raise DiskgnnError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
+        raise UsageError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
                            f"exceed --memory-budget {cfg.memory_budget}")
-    raise DiskgnnError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
+    raise UsageError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
                        f"about {format_size(smallest)} (lower --batch-size or --fanouts, or raise the budget)")
 
 

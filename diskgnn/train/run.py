@@ -1,19 +1,21 @@
-"""One training run: its loaders, the epochs, evaluation, checkpoints and the summary.
+"""One training run: its data, plan, loaders, and its train and eval passes.
 
-`Run` opens the data and the feature rows, plans (train/plan.py), then for
-offline sampling samples and places epoch 0 and loads the memory tiers; it
-makes each pass's loader and runs train and eval passes. `train` drives the
-epochs (the next one sampled and packed in the background), keeps the best
-and last checkpoints, and writes summary.json.
+`Run` opens the data and the feature rows, holds the workdir (locked: one run
+at a time; what a killed run left half-written is removed), plans
+(train/plan.py), then for offline sampling samples and places epoch 0 and
+loads the memory tiers; it makes each pass's loader and runs train passes
+(from any batch of an epoch on, for --resume) and eval passes. The epochs,
+checkpoints and summary are train/loop.py's.
 """
 
 from __future__ import annotations
 
-import json
-import platform
+import fcntl
+import os
 import shutil
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -21,20 +23,17 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .. import defaults
-from ..build import __version__, native_info
 from ..data.builtin import default_dataset
 from ..data.features import feature_source
+from ..data.files import guard_io, remove_stale_temps
 from ..data.format import open_dataset
-from ..errors import DiskgnnError, raise_if_interrupted
+from ..errors import DiskgnnError, UsageError
 from ..loading.loaders import OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
-from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
-from ..nn.models import GNN
 from ..offline.epochs import EpochFiles, OfflineEpochs
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
-from ..units import format_size
-from .checkpoints import Checkpoints
+from .checkpoints import EpochState
 from .config import TrainConfig, save
 from .plan import Plan, make_plan, resolve_device
 
@@ -52,9 +51,9 @@ class Run:
         try:
             self.source = feature_source(self.ds, cfg.features)
         except DiskgnnError as e:
-            raise DiskgnnError(f"--features {cfg.features}: {e}") from None
+            raise UsageError(f"--features {cfg.features}: {e}") from None
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.data.name
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._lock = _hold_workdir(self.workdir)
         save(cfg, self.workdir / "config.yaml")
         self.labels = np.asarray(self.ds.labels)
         self.train_ids = self.ds.split("train")
@@ -134,38 +133,51 @@ class Run:
             acc.wait_s += t.wait_s
             acc.items += t.items
 
-    def train_epoch(self, model, optimizer, loader, order, epoch: int) -> tuple[float, float, list]:
-        cfg = self.cfg
-        if cfg.max_batches is not None:
-            order = order[: cfg.max_batches]
+    def train_epoch(self, model, optimizer, loader, order, state: EpochState,
+                    checkpoint: Callable[[EpochState], None] | None = None) -> list:
+        """Trains the batches `order[state.next_batch:]`, updating `state` after each; calls `checkpoint(state)`
+        as often as --checkpoint-every says (not after the epoch's last batch: the epoch end saves anyway).
+        Returns the loader's tier statistics."""
+        cfg, interval = self.cfg, self.cfg.checkpoint_interval
         model.train()
-        # Dropout masks depend on (seed, epoch) only, so a resumed run repeats them.
-        model.reseed(np.random.SeedSequence([cfg.seed, 17, epoch]))
-        total_loss, seen = 0.0, 0
-        start = time.perf_counter()
-        bar = tqdm(total=len(order), desc=f"epoch {epoch}", unit="batch", disable=not cfg.progress,
-                   dynamic_ncols=True, leave=True)
-        pipeline = loader.pipeline(order)
+        # Dropout masks depend on (seed, epoch) and the position in the epoch only, so a resumed run repeats them.
+        model.reseed(np.random.SeedSequence([cfg.seed, 17, state.epoch]))
+        if state.dropout_rng is not None:
+            model.dropout_state = state.dropout_rng
+        start = time.perf_counter() - state.elapsed_s
+        saved = time.monotonic()
+        bar = tqdm(total=len(order), initial=state.next_batch, desc=f"epoch {state.epoch}", unit="batch",
+                   disable=not cfg.progress, dynamic_ncols=True, leave=True)
+        pipeline = loader.pipeline(order[state.next_batch:])
         with pipeline:
-            for i, work in enumerate(pipeline):
+            for i, work in enumerate(pipeline, start=state.next_batch):
                 optimizer.zero_grad(set_to_none=True)
                 out = model(work.blocks, work.x)
                 loss = F.cross_entropy(out, work.labels)
                 loss.backward()
                 optimizer.step()
-                total_loss += loss.item() * work.labels.numel()
-                seen += work.labels.numel()
+                state.next_batch = i + 1
+                state.loss_sum += loss.item() * work.labels.numel()
+                state.seen += work.labels.numel()
                 bar.update(1)
                 if cfg.progress and (i % 10 == 0 or i == len(order) - 1):
                     stats = loader.stats()
                     rows = max(1, sum(s.hits for s in stats))
                     elapsed = max(1e-9, time.perf_counter() - start)
-                    bar.set_postfix_str(f"loss {loss.item():.3f} "
+                    bar.set_postfix_str(f"loss {loss.item():.3f} rows from "
                                         + " ".join(f"{s.name} {s.hits / rows:.0%}" for s in stats)
-                                        + f" disk {loader.disk_bytes() / elapsed / 1e6:.0f} MB/s")
+                                        + f"; read {loader.disk_bytes() / elapsed / 1e6:.0f} MB/s")
+                if checkpoint is not None and interval is not None and state.next_batch < len(order) and (
+                        state.next_batch % interval[1] == 0 if interval[0] == "batches"
+                        else time.monotonic() - saved >= interval[1]):
+                    state.elapsed_s = time.perf_counter() - start
+                    state.dropout_rng = model.dropout_state
+                    checkpoint(state)
+                    saved = time.monotonic()
         bar.close()
+        state.elapsed_s = time.perf_counter() - start
         self._account(pipeline)
-        return time.perf_counter() - start, total_loss / max(1, seen), loader.stats()
+        return loader.stats()
 
     @torch.no_grad()
     def evaluate(self, model, split: str) -> float:
@@ -195,111 +207,22 @@ class Run:
         return correct / max(1, total)
 
 
-def versions() -> dict:
-    return {"diskgnn": __version__, "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "native": native_info()}
-
-
-def train(cfg: TrainConfig) -> dict:
-    """Runs the whole job; returns the summary (also written to the workdir)."""
-    limit_malloc_arenas()
-    with AnonPeak() as memory:
-        return _train(cfg, memory)
-
-
-def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
-    run = Run(cfg)
-    plan = run.plan()
-    ds = run.ds
-    torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanout_list), cfg.dropout,
-                cfg.heads).to(run.device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    checkpoints = Checkpoints(run.workdir / "checkpoints")
-    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": []}
-    best = {"val_acc": -1.0, "epoch": -1}
-    first = 0
-    if cfg.resume:
-        state = checkpoints.load("last")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        history, best, first = state["history"], state["best"], state["epoch"] + 1
-        print(f"train: resuming after epoch {state['epoch']} from {checkpoints.dir / 'last.pt'}")
-    tiers: dict[str, dict] = {}
-    disk_bytes = 0
+def _hold_workdir(workdir: Path):
+    """Creates and locks the workdir for this process (two runs in one workdir would overwrite each other's
+    files), then removes the temporary files a killed run left there. Returns the lock's file."""
     try:
-        for epoch in range(first, cfg.epochs):
-            raise_if_interrupted()
-            loader = run.train_loader(epoch)
-            if run.epochs is not None and epoch + 1 < cfg.epochs:
-                run.epochs.prefetch(epoch + 1)
-            order = run.epochs.order(epoch, len(loader)) if run.epochs else np.arange(len(loader))
-            seconds, loss, stats = run.train_epoch(model, optimizer, loader, order, epoch)
-            for s in stats:
-                t = tiers.setdefault(s.name, {"hits": 0, "bytes": 0})
-                t["hits"] += s.hits
-                t["bytes"] += s.bytes
-            disk_bytes += loader.disk_bytes()
-            val = run.evaluate(model, "val")
-            history["epoch_times_s"].append(seconds)
-            history["train_loss"].append(loss)
-            history["val_acc_per_epoch"].append(val)
-            print(f"epoch {epoch}: {seconds:.1f} s, loss {loss:.4f}, val acc {val:.4f}", flush=True)
-            if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
-                best = {"val_acc": val, "epoch": epoch}
-                checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
-            checkpoints.save("last", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                      "epoch": epoch, "history": history, "best": best})
-            if run.epochs is not None and epoch + 1 < cfg.epochs:
-                run.epochs.release(epoch)
-        if best["epoch"] >= 0:
-            model.load_state_dict(checkpoints.load("best")["model"])
-        test = run.evaluate(model, "test")
-    finally:
-        if run.epochs is not None:
-            run.epochs.close()
-    rows = sum(t["hits"] for t in tiers.values())
-    for t in tiers.values():
-        t["hit_rate"] = t["hits"] / rows if rows else 0.0
-    summary = {
-        "epoch_times_s": history["epoch_times_s"],
-        "sample_s": run.epochs.sample_s if run.epochs else 0.0,
-        "pack_s": run.epochs.pack_s if run.epochs else 0.0,
-        "offline": dict(run.epochs.phases) if run.epochs else {},
-        "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
-                          for name, t in run.stage_times.items()},
-        "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
-        "tiers": tiers,
-        "disk_bytes_read": disk_bytes,
-        "features": run.source.name,
-        "feature_row_bytes": run.source.row_bytes,
-        "peak_rss_bytes": peak_rss_bytes(),
-        "peak_anon_bytes": memory.peak_bytes,
-        "memory_budget_bytes": plan.budget,
-        "backend": run.backend,
-        "device": run.device,
-        "train_loss": history["train_loss"],
-        "val_acc_per_epoch": history["val_acc_per_epoch"],
-        "val_acc": best["val_acc"],
-        "best_epoch": best["epoch"],
-        "test_acc": test,
-        "dataset": str(run.data),
-        "plan": plan.to_dict(),
-        "versions": versions(),
-        "config": cfg.to_dict(),
-    }
-    text = json.dumps(summary, indent=2, default=float)
-    (run.workdir / "summary.json").write_text(text + "\n")
-    if cfg.summary_json:
-        out = Path(cfg.summary_json)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(text + "\n")
-        tmp.replace(out)
-    chance = 1 / ds.num_classes
-    print(f"train: done: test acc {test:.4f} (chance {chance:.4f}), best val acc {best['val_acc']:.4f} "
-          f"at epoch {best['epoch']}; epoch times " + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
-          + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
-          f"{summary['bottleneck']}; peak memory {format_size(summary['peak_anon_bytes'])} anonymous (budget "
-          f"{cfg.memory_budget}), {format_size(summary['peak_rss_bytes'])} with mapped files; summary in "
-          f"{run.workdir / 'summary.json'}")
-    return summary
+        workdir.mkdir(parents=True, exist_ok=True)
+        lock = open(workdir / ".lock", "a+")
+    except OSError as e:
+        raise DiskgnnError(f"--workdir {workdir}: cannot create or write it ({e.strerror})") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        raise DiskgnnError(f"--workdir {workdir}: in use by another run (pid {lock.read().strip() or '?'}); wait "
+                           "for it or use another --workdir") from None
+    lock.seek(0)
+    lock.truncate()
+    guard_io(workdir / ".lock", lambda: (lock.write(f"{os.getpid()}\n"), lock.flush()))
+    remove_stale_temps(workdir, recursive=True, any_pid=True)
+    return lock

@@ -49,7 +49,7 @@ def test_trainer_without_sampling_or_dropout_follows_the_reference(tmp_path, mod
     shared = shared_dataset("planetoid_cora").parent
     from bench import accuracy, reference
     from diskgnn.train.config import TrainConfig
-    from diskgnn.train.run import train
+    from diskgnn.train.loop import train
 
     data = accuracy.prepared("cora", shared, tmp_path / "data")
     hp = {**accuracy.HPARAMS, "dropout": 0.0}

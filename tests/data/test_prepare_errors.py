@@ -108,7 +108,7 @@ def test_existing_output_needs_overwrite(tmp_path, good):
 
 def test_bad_flags(tmp_path, good):
     fails(tmp_path, good, "--memory-budget", "12", match="--memory-budget 12 B is too small")
-    fails(tmp_path, good, "--memory-budget", "lots", match="cannot read size 'lots'")
+    fails(tmp_path, good, "--memory-budget", "lots", match="--memory-budget lots: cannot read as a size")
     fails(tmp_path, good, "--split-ratios", "0.9,0.9,0.1", match="sum to at most 1")
 
 

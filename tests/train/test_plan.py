@@ -13,8 +13,8 @@ from diskgnn.data.prepare import prepare
 from diskgnn.defaults import MIN_PACK_MEMORY, PACK_MEMORY, READ_DEPTH
 from diskgnn.errors import DiskgnnError
 from diskgnn.offline.sample import sample_epoch
+from diskgnn.train.loop import train
 from diskgnn.train.plan import batch_layers, working_set
-from diskgnn.train.run import train
 
 from conftest import random_graph, write_npy_dir
 from conftest import train_config as config

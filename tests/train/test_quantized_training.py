@@ -21,7 +21,7 @@ from diskgnn.offline.placement import access_counts, place
 from diskgnn.offline.sample import sample_epoch
 from diskgnn.store.store import FeatureStore
 from diskgnn.train.config import TrainConfig
-from diskgnn.train.run import train
+from diskgnn.train.loop import train
 
 from conftest import random_graph, write_npy_dir
 

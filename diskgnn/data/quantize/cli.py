@@ -25,17 +25,17 @@ import time
 from pathlib import Path
 
 from ... import defaults
-from ...errors import DiskgnnError
+from ...errors import ArgumentParser, DiskgnnError, UsageError
 from ...memory import peak_rss_bytes
 from ...units import format_size, parse_size
+from ..files import remove_stale_temps, temp_path
 from ..format import open_dataset, read_manifest, write_manifest
 from .base import Quantizer
 from .spec import canonical_spec
 from .variants import file_kinds, write_quantized
 
 
-def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: dict, suffix: str,
-             overwrite: bool) -> None:
+def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: dict, overwrite: bool) -> None:
     """Moves a variant's finished files into the dataset and records them in the manifest.
 
     Under an exclusive lock on the directory (concurrent `quantize` runs must not
@@ -58,7 +58,7 @@ def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: 
                 m["files"].pop(kind, None)
             write_manifest(path, m)
         for kind, e in files.items():
-            os.rename(path / (e["name"] + suffix), path / e["name"])
+            os.rename(temp_path(path / e["name"]), path / e["name"])
         m["files"].update(files)
         m.setdefault("quantized", {})[spec] = entry
         write_manifest(path, m)
@@ -69,19 +69,20 @@ def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: 
 def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sample_rows: int | None = None, seed: int = 0,
                      overwrite: bool = False, report: bool = False) -> list[Quantizer]:
     """Adds quantized variants of an existing dataset's features (the float features stay)."""
-    budget = parse_size(memory_budget)
+    budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
-        raise DiskgnnError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
+        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least "
+                         f"{format_size(defaults.MIN_PREPARE_BUDGET)}")
     if sample_rows is not None and sample_rows < 1:
-        raise DiskgnnError(f"--sample-rows {sample_rows}: must be at least 1")
-    specs = list(dict.fromkeys(canonical_spec(s) for s in specs))
+        raise UsageError(f"--sample-rows {sample_rows}: must be at least 1")
+    specs = list(dict.fromkeys(canonical_spec(s, "--spec") for s in specs))
     ds = open_dataset(path)
+    remove_stale_temps(ds.path)  # variants and manifests a killed quantize left half-written
     present = [s for s in specs if s in ds.manifest.get("quantized", {})]
     if present and not overwrite:
         raise DiskgnnError(f"{ds.path}: already has quantized features {', '.join(present)} "
                            f"(pass --overwrite to replace them)")
     features = ds.manifest["files"]["features"]
-    suffix = f".tmp-{os.getpid()}"
     done = []
     for spec in specs:
         t0 = time.perf_counter()
@@ -89,11 +90,11 @@ def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sampl
         try:
             q, files, entry = write_quantized(ds.features_path, ds.feature_dtype, ds.num_nodes, ds.feature_dim,
                                               spec, ds.path, work_bytes=budget - defaults.PREPARE_BASE_RSS,
-                                              sample_rows=sample_rows, seed=seed, suffix=suffix)
-            _install(ds.path, spec, features["checksum"], files, entry, suffix, overwrite)
+                                              sample_rows=sample_rows, seed=seed, temp=True)
+            _install(ds.path, spec, features["checksum"], files, entry, overwrite)
         finally:
             for kind in kinds:
-                (ds.path / f"{kind}.bin{suffix}").unlink(missing_ok=True)
+                temp_path(ds.path / f"{kind}.bin").unlink(missing_ok=True)
         done.append(q)
         if report:
             fit = entry["fit"]
@@ -105,7 +106,7 @@ def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sampl
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m diskgnn.quantize", description=__doc__.split("\n\n")[0],
+    ap = ArgumentParser(prog="python -m diskgnn.quantize", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("dataset", help="dataset directory written by diskgnn.prepare")
     ap.add_argument("--spec", action="append", required=True, help="quantizer, e.g. sq8, lin4, vq:w=16,L=2048 "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ...errors import DiskgnnError
+from ...errors import DiskgnnError, UsageError
 
 SQ_BITS = (1, 2, 4, 8, 16)
 LIN_BITS = (4, 8)
@@ -56,9 +56,15 @@ def parse_spec(text: str) -> tuple[str, int, dict]:
     return kind, bits, opts
 
 
-def canonical_spec(text: str) -> str:
-    """The one spelling of a spec: defaults dropped for sq/lin, always spelled out for vq."""
-    kind, bits, opts = parse_spec(text)
+def canonical_spec(text: str, option: str | None = None) -> str:
+    """The one spelling of a spec: defaults dropped for sq/lin, always spelled out for vq. With `option`
+    (the flag that gave it), a bad spec is a UsageError naming the flag."""
+    try:
+        kind, bits, opts = parse_spec(text)
+    except DiskgnnError as e:
+        if option is None:
+            raise
+        raise UsageError(f"{option} {text}: {str(e).removeprefix(f'quantize spec {text!r}: ')}") from None
     if kind == "vq":
         return f"vq:w={opts['w']},L={opts['L']}"
     default = SQ_DEFAULT_P if kind == "sq" else 0.0

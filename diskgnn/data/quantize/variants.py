@@ -19,7 +19,7 @@ import xxhash
 from ... import defaults
 from ...errors import DiskgnnError
 from ...units import format_size
-from ..files import CHECKSUM_ALGO, ArrayFileWriter
+from ..files import CHECKSUM_ALGO, ArrayFileWriter, temp_path
 from ..format import MANIFEST, Dataset
 from .base import Quantizer
 from .quantizers import from_state, make_quantizer
@@ -142,10 +142,10 @@ def encode_file(q: Quantizer, features: Path, dtype, num_rows: int, writer: Arra
 
 def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, out_dir: Path, *,
                     work_bytes: int, sample_rows: int | None = None, seed: int = 0,
-                    suffix: str = "") -> tuple[Quantizer, dict, dict]:
+                    temp: bool = False) -> tuple[Quantizer, dict, dict]:
     """Fits `spec` on a seeded sample of a raw feature file's rows and encodes the file streaming.
 
-    Writes the code and params files in `out_dir` (their names plus `suffix`),
+    Writes the code and params files in `out_dir` (under their temporary names with `temp`: temp_path),
     holding about `work_bytes` of memory. Returns the quantizer, the manifest
     file entries by kind (with their final names) and the variant's entry for
     the manifest's `quantized` object.
@@ -171,14 +171,15 @@ def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, o
     del sample
 
     codes_kind, params_kind = file_kinds(q.spec)
-    codes_w = ArrayFileWriter(out_dir / f"{codes_kind}.bin{suffix}", np.uint8, (q.code_bytes,))
+    where = temp_path if temp else Path
+    codes_w = ArrayFileWriter(where(out_dir / f"{codes_kind}.bin"), np.uint8, (q.code_bytes,))
     try:
         encode_file(q, features, dtype, num_rows, codes_w, work_bytes)
     except BaseException:
         codes_w.abort()
         raise
     codes_entry = codes_w.close()
-    params_entry, layout = _write_params(out_dir / f"{params_kind}.bin{suffix}", q.state())
+    params_entry, layout = _write_params(where(out_dir / f"{params_kind}.bin"), q.state())
     codes_entry["name"], params_entry["name"] = f"{codes_kind}.bin", f"{params_kind}.bin"
     entry = {
         "codes": codes_kind, "params": params_kind, "code_bytes": q.code_bytes, "arrays": layout,

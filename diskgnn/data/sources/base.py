@@ -54,7 +54,10 @@ class NpyArray:
     """A .npy file read in slices with plain reads (no mmap, so RSS stays small).
 
     The header is parsed once and the file size checked against it, so a
-    truncated file is reported before anything is read.
+    truncated file is reported before anything is read. C- and Fortran-ordered
+    files and either byte order are read (writers produce all of them:
+    `a.T`, `np.unique(..., axis=1)`, other platforms); blocks come out in the
+    stored dtype, byte order included, and numpy converts them where used.
     """
 
     def __init__(self, path, stream_factory=None, expected_bytes=None):
@@ -98,15 +101,24 @@ class NpyArray:
 
     def rows(self, max_rows: int) -> Iterator[np.ndarray]:
         """Blocks of whole rows (axis 0) in order."""
-        if self.fortran:
-            raise DiskgnnError(f"{self.path}: stored in Fortran order; re-save it C-ordered "
-                               f"(np.save(path, np.ascontiguousarray(a)))")
         row = int(np.prod(self.shape[1:], dtype=np.int64)) if len(self.shape) > 1 else 1
         max_rows = max(1, max_rows)
         with self._open() as f:
             for r in range(0, self.shape[0], max_rows):
                 n = min(max_rows, self.shape[0] - r)
-                yield self.read_flat(r * row, n * row, f).reshape((n, *self.shape[1:]))
+                if not self.fortran:
+                    yield self.read_flat(r * row, n * row, f).reshape((n, *self.shape[1:]))
+                else:
+                    yield self._fortran_rows(r, n, row, f)
+
+    def _fortran_rows(self, first: int, n: int, row: int, f) -> np.ndarray:
+        """Rows [first, first + n) of a Fortran-ordered array: axis 0 varies fastest in the file, so the block
+        is `row` runs of n elements, one per position in the trailing axes (their first varying fastest)."""
+        runs = np.empty((n, row), dtype=self.dtype)
+        for k in range(row):
+            runs[:, k] = self.read_flat(k * self.shape[0] + first, n, f)
+        trailing = self.shape[1:]
+        return runs.reshape((n, *trailing[::-1])).transpose((0, *range(len(trailing), 0, -1)))
 
     def load(self) -> np.ndarray:
         """The whole array (for small arrays: split ids, adjacency of small graphs)."""

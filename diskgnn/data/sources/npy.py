@@ -130,18 +130,19 @@ class NpySource(Source):
 
 
 def edge_index_chunks(edge_index: NpyArray, max_edges: int):
-    """(src, dst) chunks of a (2, E) or (E, 2) edge array."""
+    """(src, dst) chunks of a (2, E) or (E, 2) edge array, in either storage order: the file holds either
+    every source then every destination (C-ordered (2, E), Fortran-ordered (E, 2)) or the pairs interleaved."""
     rows, cols = edge_index.shape
-    if rows == 2 and not edge_index.fortran:
-        e = cols
-        with edge_index._open() as f:
-            for s in range(0, e, max_edges):
-                n = min(max_edges, e - s)
+    e = cols if rows == 2 else rows
+    separate = (rows == 2) != edge_index.fortran
+    with edge_index._open() as f:
+        for s in range(0, e, max_edges):
+            n = min(max_edges, e - s)
+            if separate:
                 yield edge_index.read_flat(s, n, f), edge_index.read_flat(e + s, n, f)
-    else:
-        for block in edge_index.rows(max_edges):
-            block = block.reshape(-1, 2) if rows != 2 else block
-            yield block[:, 0], block[:, 1]
+            else:
+                pairs = edge_index.read_flat(2 * s, 2 * n, f).reshape(n, 2)
+                yield pairs[:, 0], pairs[:, 1]
 
 
 def csc_chunks(indptr: NpyArray, indices: NpyArray, max_edges: int):

@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from ...errors import DiskgnnError
+from ...errors import UsageError
 from .base import Source
 
 BLOCK = 1 << 16
@@ -41,13 +41,13 @@ class SyntheticSource(Source):
     def __init__(self, nodes: int, feat_dim: int, avg_degree: float, classes: int, seed: int,
                  homophily: float = 0.8, feature_signal: float = 0.25):
         if not 0 < nodes < 2**31:
-            raise DiskgnnError(f"synthetic: --nodes must be in [1, 2^31), got {nodes}")
+            raise UsageError(f"synthetic: --nodes must be in [1, 2^31), got {nodes}")
         if feat_dim < 1 or classes < 1 or avg_degree < 0:
-            raise DiskgnnError("synthetic: --feat-dim and --classes must be positive and --avg-degree >= 0")
+            raise UsageError("synthetic: --feat-dim and --classes must be positive and --avg-degree >= 0")
         if classes > nodes:
-            raise DiskgnnError(f"synthetic: {classes} classes need at least as many nodes (got {nodes})")
+            raise UsageError(f"synthetic: {classes} classes need at least as many nodes (got {nodes})")
         if not 0 <= homophily <= 1:
-            raise DiskgnnError(f"synthetic: --homophily must be in [0, 1], got {homophily}")
+            raise UsageError(f"synthetic: --homophily must be in [0, 1], got {homophily}")
         self.avg_degree = avg_degree
         self.seed = seed
         self.homophily = homophily

@@ -74,7 +74,7 @@ def test_quantize_command_adds_variants_atomically(tmp_path, src):
         assert match in lines[0], lines[0]
         assert sorted(os.listdir(ds_path)) == before and (ds_path / MANIFEST).read_bytes() == manifest_before
 
-    fails("--spec", "sq3", match="quantize spec 'sq3': sq bits must be one of")
+    fails("--spec", "sq3", match="--spec sq3: sq bits must be one of")
     fails("--spec", "lin8", "--memory-budget", "10MiB", match="--memory-budget 10.0 MiB is too small")
     fails("--spec", "vq:w=1,L=65536", "--memory-budget", "160MiB", match="more than the")
 
@@ -112,8 +112,7 @@ def test_nonfinite_features_are_refused_with_the_row(tmp_path):
 
 def test_prepare_refuses_a_bad_spec_before_any_work(tmp_path, src):
     proc = run_module("diskgnn.prepare", src, "--out", tmp_path / "ds", "--quantize", "vq:w=16,L=1")
-    assert proc.returncode != 0 and proc.stderr.strip() == \
-        "prepare: error: quantize spec 'vq:w=16,L=1': L=1 must be in [2, 65536]"
+    assert proc.returncode == 2 and proc.stderr.strip() == "prepare: error: --quantize vq:w=16,L=1: L=1 must be in [2, 65536]"
     assert sorted(os.listdir(tmp_path)) == ["src"]
 
 

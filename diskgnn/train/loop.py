@@ -1,0 +1,163 @@
+"""`train(cfg)`: the epochs of a run, its checkpoints and --resume, and the summary.
+
+Each epoch's files are prepared one epoch ahead (the next one is sampled and
+packed in the background while this one trains). last.pt is saved at every
+epoch end and, every --checkpoint-every, inside the epoch; best.pt at every
+epoch whose validation accuracy is the best so far. --resume loads last.pt and
+goes on from the batch after it, or starts from the beginning (and says so)
+when the workdir has none yet.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..build import __version__, native_info
+from ..data.files import write_atomic
+from ..errors import raise_if_interrupted
+from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
+from ..nn.models import GNN
+from ..units import format_size
+from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
+from .config import TrainConfig
+from .run import Run
+
+
+def versions() -> dict:
+    return {"diskgnn": __version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version(), "native": native_info()}
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Runs the whole job; returns the summary (also written to the workdir)."""
+    limit_malloc_arenas()
+    with AnonPeak() as memory:
+        return _train(cfg, memory)
+
+
+def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer):
+    """last.pt's (history, best, accounting, epoch state), restored into the model and optimizer; None to
+    start from the beginning."""
+    state = checkpoints.load("last")
+    if state is None:
+        print(f"train: --resume: no checkpoint in {checkpoints.dir} yet: starting from the beginning")
+        return None
+    check_same_run(checkpoints.path("last"), state["config"], cfg.to_dict())
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["torch_rng"])
+    if "cuda_rng" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda_rng"])
+    position = EpochState(**state["position"])
+    print(f"train: resuming at epoch {position.epoch}, batch {position.next_batch}, from "
+          f"{checkpoints.path('last')}")
+    return state["history"], state["best"], state["accounting"], position
+
+
+def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
+    run = Run(cfg)
+    plan = run.plan()
+    ds = run.ds
+    torch.manual_seed(cfg.seed)
+    model = GNN(cfg.model, ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanout_list), cfg.dropout,
+                cfg.heads).to(run.device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    checkpoints = Checkpoints(run.workdir / "checkpoints")
+    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": []}
+    best = {"val_acc": -1.0, "epoch": -1}
+    # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not in them)
+    accounting = {"tiers": {}, "disk_bytes": 0}
+    position = EpochState(0)
+    resumed = _resume(cfg, checkpoints, model, optimizer) if cfg.resume else None
+    if resumed is not None:
+        history, best, accounting, position = resumed
+
+    def save_last(state: EpochState) -> None:
+        checkpoints.save("last", training_state(model, optimizer, state, history, best, cfg.to_dict(), accounting))
+
+    try:
+        for epoch in range(position.epoch, cfg.epochs):
+            raise_if_interrupted()
+            loader = run.train_loader(epoch)
+            if run.epochs is not None and epoch + 1 < cfg.epochs:
+                run.epochs.prefetch(epoch + 1)
+            order = run.epochs.order(epoch, len(loader)) if run.epochs else np.arange(len(loader))
+            order = order[: cfg.max_batches] if cfg.max_batches is not None else order
+            state = position if position.epoch == epoch else EpochState(epoch)
+            for s in run.train_epoch(model, optimizer, loader, order, state, save_last):
+                t = accounting["tiers"].setdefault(s.name, {"hits": 0, "bytes": 0})
+                t["hits"] += s.hits
+                t["bytes"] += s.bytes
+            accounting["disk_bytes"] += loader.disk_bytes()
+            loss = state.loss_sum / max(1, state.seen)
+            val = run.evaluate(model, "val")
+            history["epoch_times_s"].append(state.elapsed_s)
+            history["train_loss"].append(loss)
+            history["val_acc_per_epoch"].append(val)
+            print(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}", flush=True)
+            if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
+                best = {"val_acc": val, "epoch": epoch}
+                checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
+            save_last(EpochState(epoch + 1))
+            if run.epochs is not None and epoch + 1 < cfg.epochs:
+                run.epochs.release(epoch)
+        if best["epoch"] >= 0:
+            model.load_state_dict(checkpoints.load("best")["model"])
+        test = run.evaluate(model, "test")
+    finally:
+        if run.epochs is not None:
+            run.epochs.close()
+    return _summary(cfg, run, plan, memory, history, best, accounting, test, resumed is not None)
+
+
+def _summary(cfg: TrainConfig, run: Run, plan, memory: AnonPeak, history: dict, best: dict, accounting: dict,
+             test: float, resumed: bool) -> dict:
+    tiers = accounting["tiers"]
+    rows = sum(t["hits"] for t in tiers.values())
+    for t in tiers.values():
+        t["hit_rate"] = t["hits"] / rows if rows else 0.0
+    summary = {
+        "epoch_times_s": history["epoch_times_s"],
+        "sample_s": run.epochs.sample_s if run.epochs else 0.0,
+        "pack_s": run.epochs.pack_s if run.epochs else 0.0,
+        "offline": dict(run.epochs.phases) if run.epochs else {},
+        "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
+                          for name, t in run.stage_times.items()},
+        "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
+        "tiers": tiers,
+        "disk_bytes_read": accounting["disk_bytes"],
+        "features": run.source.name,
+        "feature_row_bytes": run.source.row_bytes,
+        "peak_rss_bytes": peak_rss_bytes(),
+        "peak_anon_bytes": memory.peak_bytes,
+        "memory_budget_bytes": plan.budget,
+        "backend": run.backend,
+        "device": run.device,
+        "resumed": resumed,
+        "train_loss": history["train_loss"],
+        "val_acc_per_epoch": history["val_acc_per_epoch"],
+        "val_acc": best["val_acc"],
+        "best_epoch": best["epoch"],
+        "test_acc": test,
+        "dataset": str(run.data),
+        "plan": plan.to_dict(),
+        "versions": versions(),
+        "config": cfg.to_dict(),
+    }
+    text = (json.dumps(summary, indent=2, default=float) + "\n").encode()
+    write_atomic(run.workdir / "summary.json", text)
+    if cfg.summary_json:
+        write_atomic(Path(cfg.summary_json), text)
+    chance = 1 / run.ds.num_classes
+    print(f"train: done: test acc {test:.4f} (chance {chance:.4f}), best val acc {best['val_acc']:.4f} "
+          f"at epoch {best['epoch']}; epoch times " + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
+          + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
+          f"{summary['bottleneck']}; peak memory {format_size(summary['peak_anon_bytes'])} anonymous (budget "
+          f"{cfg.memory_budget}), {format_size(summary['peak_rss_bytes'])} with mapped files; summary in "
+          f"{run.workdir / 'summary.json'}")
+    return summary
