@@ -4,7 +4,6 @@
 PYTHON  ?= python3
 VENV    := .venv
 VPY     := $(VENV)/bin/python
-DEPS    := $(VENV)/.deps-installed
 EXT     := build/.native-built
 URING   := build/liburing.state
 NATIVE  := $(wildcard native/*.cc native/*.h)
@@ -47,13 +46,15 @@ native-deps:
 
 $(URING): native-deps
 
-$(DEPS): requirements.txt
-	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
-	$(VPY) -m pip install -q --disable-pip-version-check -r requirements.txt
-	@touch $@
+# pyproject.toml says what diskgnn needs (build requirements, dependencies, the
+# test extra); constraints.txt pins the versions installed here.
+BUILD_REQUIRES = $(VPY) -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['build-system']['requires']))"
+PIP := $(VPY) -m pip install -q --disable-pip-version-check -c constraints.txt
 
-$(EXT): $(DEPS) $(URING) setup.py $(NATIVE)
-	$(VPY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+$(EXT): pyproject.toml constraints.txt setup.py $(NATIVE) $(URING)
+	@test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) $$($(BUILD_REQUIRES))
+	$(PIP) --no-build-isolation -e '.[test]'
 	@$(VPY) -c "import diskgnn; print('setup: native extension built;', diskgnn.native_info())"
 	@touch $@
 

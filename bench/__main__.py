@@ -1,5 +1,6 @@
 """`python -m bench [NAME ...]`: runs benchmarks by name (default: all), each writing JSON to bench/results/.
 
+`python -m bench NAME --option ...` runs one benchmark with its options (`python -m bench faults --trials 3`);
 `make bench` runs `python -m bench.suite` instead: the report, in one session."""
 
 import importlib
@@ -9,15 +10,19 @@ BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "
 
 
 def main(argv=None) -> None:
-    names = (argv if argv is not None else sys.argv[1:]) or ["all"]
+    argv = list(argv if argv is not None else sys.argv[1:])
+    first_option = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
+    names, options = argv[:first_option] or ["all"], argv[first_option:]
     if names == ["all"]:
         names = BENCHMARKS
     unknown = [n for n in names if n not in BENCHMARKS]
     if unknown:
         raise SystemExit(f"bench: unknown benchmark(s) {unknown}; choose from {BENCHMARKS} or all")
+    if options and len(names) > 1:
+        raise SystemExit(f"bench: options ({' '.join(options)}) go with one benchmark, not {len(names)}")
     for name in names:
         print(f"=== bench.{name}")
-        importlib.import_module(f"bench.{name}").main([])
+        importlib.import_module(f"bench.{name}").main(options)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ wrong), 130 interrupted.
 import argparse
 import difflib
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -37,7 +38,14 @@ def closest(word: str, choices) -> str:
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose errors are one line (a UsageError), like every other error of the commands."""
+    """argparse whose errors are one line (a UsageError), like every other error of the commands; run as a
+    console script (diskgnn-train), usage names the script rather than `python -m`."""
+
+    def __init__(self, *args, **kwargs):
+        script = os.path.basename(sys.argv[0]) if sys.argv else ""
+        if script.startswith("diskgnn-"):
+            kwargs["prog"] = script
+        super().__init__(*args, **kwargs)
 
     def error(self, message):
         raise UsageError(message)
