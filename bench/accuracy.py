@@ -180,7 +180,13 @@ def with_variants(data: Path, features: list[str]) -> dict[str, dict]:
     for name in features:
         t0 = time.perf_counter()
         if name != RAW_FEATURES and name not in stored:
-            quantize_dataset(data, [name], memory_budget=QUANTIZE_BUDGET, seed=QUANTIZE_SEED)
+            try:
+                quantize_dataset(data, [name], memory_budget=QUANTIZE_BUDGET, seed=QUANTIZE_SEED)
+            except DiskgnnError as e:
+                if ": refused: " not in str(e):
+                    raise
+                # Refused at fit time: stored anyway, so that the study shows what the refusal saved.
+                quantize_dataset(data, [name], memory_budget=QUANTIZE_BUDGET, seed=QUANTIZE_SEED, force=True)
             manifest = read_manifest(data)
             stored = manifest["quantized"]
             seconds = time.perf_counter() - t0
@@ -197,6 +203,14 @@ def with_variants(data: Path, features: list[str]) -> dict[str, dict]:
     return info
 
 
+def _relative_error(fit: dict | None) -> float:
+    """The fit's relative reconstruction error: its fidelity report's, or (runs saved before reports) its
+    sample RMS error over the sample's RMS."""
+    if not fit:
+        return 0.0
+    return fit["report"]["relative_error"] if "report" in fit else fit["sample_rmse"] / fit["sample_rms"]
+
+
 def diskgnn_run(data: Path, model: str, seed: int, epochs: int, mode: str, host_fraction: float, workdir: Path,
                 log: Path, features: str = "fp32", **limits) -> dict:
     """One diskgnn.train run in this process; its output goes to `log`, its workdir is removed after.
@@ -206,7 +220,7 @@ def diskgnn_run(data: Path, model: str, seed: int, epochs: int, mode: str, host_
     row_bytes = feature_source(ds, features).row_bytes
     cfg = TrainConfig(data=str(data), model=model, fanouts=FANOUTS, batch_size=BATCH_SIZE, epochs=epochs,
                       seed=seed, sampling=mode, workdir=str(workdir), progress=False, backend=BACKEND,
-                      memory_budget=MEMORY_BUDGET, features=features,
+                      memory_budget=MEMORY_BUDGET, features=features, force_features=True,
                       host_cache=str(int(host_fraction * ds.num_nodes * row_bytes)), **HPARAMS, **limits)
     cfg.validate()
     start = time.perf_counter()
@@ -359,7 +373,8 @@ def quantized_aggregate(runs: list[dict], variants: dict[str, dict], datasets: d
                    # The params (a codebook, per-column ranges) are stored once, not per row, but on a small
                    # graph a vq codebook is a real share of what is stored.
                    "ratio_with_params": d["nodes"] * fp32_row / (d["nodes"] * v["row_bytes"] + v["params_bytes"]),
-                   "rel_error": fit["sample_rmse"] / fit["sample_rms"] if fit else 0.0,
+                   "rel_error": _relative_error(fit),
+                   "refused": bool(fit and fit.get("report", {}).get("refused")),
                    "delta": None, "delta_se": None}
             seeds = sorted(set(acc) & set(base))
             if seeds:
@@ -498,7 +513,8 @@ def quantized_table(rows: list[dict]) -> str:
     lines = ["| dataset | features | bytes/row | ratio | ratio with params | rel. error | test acc | "
              "Δ vs fp32 (s.e.) |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['dataset']} | {r['features']} | {r['row_bytes']:,} | {r['ratio']:.2f}× | "
+        refused = " (refused at fit)" if r.get("refused") else ""
+        lines.append(f"| {r['dataset']} | {r['features']}{refused} | {r['row_bytes']:,} | {r['ratio']:.2f}× | "
                      f"{r['ratio_with_params']:.2f}× | {r['rel_error']:.3g} | {_pm(r['test'])} | {_delta(r)} |")
     return "\n".join(lines)
 
@@ -618,8 +634,10 @@ test accuracy, in points, with the standard error of those paired differences. T
 **Ratio**: float32 row bytes (4 × D) over the stored code row's bytes, the factor by which the rows that
 packs, caches and reads move shrink (code rows have no per-row overhead). **Ratio with params** also counts
 the variant's params file, stored once per dataset (a vq codebook is 2048 × 16 float32 per sub-vector of 16
-values, a large share of a small graph's codes). **Rel. error**: the variant's RMS reconstruction error over
-the features' RMS, on its fit sample.
+values, a large share of a small graph's codes). **Rel. error**: the variant's reconstruction error over the
+features' norm, on rows held back from its fit. A variant marked "refused at fit" crossed the fidelity report's
+thresholds (docs/quantization.md): `diskgnn.quantize` refuses it unless `--force`, as this study forces it to
+show what the refusal spares.
 
 Bounds (issue 7), on the loss averaged over {over}: sq8 and lin8 (and any other 8-bit setting run) each
 lose ≤ {QUANT_BOUNDS['8bit']} points; the best setting of at least {MIN_RATIO:g}× on all of them loses

@@ -116,7 +116,8 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
             "--epochs", "1", "--eval", "none", "--seed", "0",
             "--memory-budget", memory_budget, "--host-cache", host_cache, "--workdir", str(work / name),
-            "--features", features, "--device", device, "--summary-json", str(summary_path), "--no-progress"]
+            "--features", features, "--force-features", "--device", device, "--summary-json", str(summary_path),
+            "--no-progress"]
     if args.batches:
         argv += ["--max-batches", str(args.batches)]
     gpu = GpuUtilisation() if device == "cuda" else None

@@ -49,6 +49,7 @@ class FeatureSource:
     decoder: object
     checksum: str  # the manifest's checksum of `path`: packs of other rows are refused
     dim: int  # values per decoded row
+    fidelity: dict | None = None  # a quantized variant's report from its fit (quantize.fidelity), if it has one
 
     @property
     def num_rows(self) -> int:
@@ -87,6 +88,6 @@ def feature_source(ds: Dataset, name: str = RAW_FEATURES) -> FeatureSource:
         return FeatureSource(RAW_FEATURES, ds.file_path("features"), ds.features, AsFloat32(), entry["checksum"],
                              ds.feature_dim)
     q = load_quantized(ds, name)
-    kind = ds.manifest["quantized"][q.quantizer.spec]["codes"]
-    return FeatureSource(q.quantizer.spec, q.path, q.codes, q.quantizer, ds.manifest["files"][kind]["checksum"],
-                         ds.feature_dim)
+    entry = ds.manifest["quantized"][q.quantizer.spec]
+    return FeatureSource(q.quantizer.spec, q.path, q.codes, q.quantizer, ds.manifest["files"][entry["codes"]]["checksum"],
+                         ds.feature_dim, entry["fit"].get("report"))

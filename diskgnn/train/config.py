@@ -58,6 +58,8 @@ class TrainConfig:
         "help": "feature rows to train from: fp32 (features.bin as stored) or a quantized variant stored in the "
                 "dataset (sq1..sq16, lin4, lin8, vq:w=16,L=2048, ...; add one with python -m diskgnn.quantize); "
                 "packs, caches and reads then move code rows, decoded on the training device"})
+    force_features: bool = field(default=False, metadata={
+        "help": "train on a quantized variant whose fit was refused (stored with quantize --force)"})
     max_blowup: float | None = field(default=None, metadata={
         "help": "cap on packed rows / nodes (rows shared within a segment of batches are stored once)"})
     eval: str = field(default="sampled", metadata={

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from .. import defaults
 from ..data.features import FeatureSource
+from ..data.quantize import fidelity
 from ..data.format import Dataset
 from ..errors import DiskgnnError, UsageError
 from ..nn.models import activation_bytes, layer_dims
@@ -83,6 +84,7 @@ class Plan:
     sampling: str
     features: str  # the stored rows' name: fp32 or a quantized spec
     features_file: str
+    features_fidelity: dict | None  # a quantized variant's report from its fit
     row_bytes: int
     raw_row_bytes: int  # features.bin's
     working_set: int
@@ -137,6 +139,8 @@ class Plan:
             + (f" ({smaller:.1f}x smaller than features.bin)" if smaller != 1 else "")
             + f", {format_size(self.feature_bytes)} in {self.features_file}; packs, caches and reads move these "
             "rows, decoded on the training device",
+            *([f"plan: --features {self.features} fidelity {fidelity.summary(self.features_fidelity)}"]
+              if self.features_fidelity else []),
             f"plan: memory budget {self.budget_text}: working set ~{format_size(self.working_set)} with reads of "
             f"{self.read_depth} batches in flight"
             + (f" and packer buffers from {format_size(self.pack_floor)} (the defaults, {defaults.READ_DEPTH} "
@@ -168,7 +172,8 @@ class Plan:
         """summary.json's "plan"."""
         d = {"features": self.features, "row_bytes": self.row_bytes, "feature_bytes": self.feature_bytes,
              "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
-             "working_set_bytes": self.working_set, "read_depth": self.read_depth}
+             "working_set_bytes": self.working_set, "read_depth": self.read_depth,
+             "features_fidelity": self.features_fidelity}
         if self.sampling != "online":
             d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
                      page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
@@ -198,6 +203,9 @@ def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host
 
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str) -> Plan:
     """The plan of a run, before any work: refused with one line where the budget cannot hold it."""
+    if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
+        raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
+                           "and stored with quantize --force; pass --force-features to train on it anyway")
     budget = parse_size(cfg.memory_budget)
     explicit_host = 0 if cfg.host_cache == "auto" else parse_size(cfg.host_cache)
     depth, floor, need = _fit(ds, source, cfg, budget, explicit_host)
@@ -217,7 +225,8 @@ def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str)
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
         feature_dtype=ds.feature_dtype.name, splits={s: int(ds.split(s).size) for s in ("train", "val", "test")},
         budget_text=cfg.memory_budget, budget=budget, device=device, sampling=cfg.sampling, features=source.name,
-        features_file=source.path.name, row_bytes=source.row_bytes, raw_row_bytes=ds.row_bytes, working_set=need,
+        features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
+        raw_row_bytes=ds.row_bytes, working_set=need,
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
         or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers,
         workload=f"sampling {cfg.sampling}; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, "

@@ -82,8 +82,11 @@ def test_quantized_accuracy_bench_smoke(tmp_path):
     assert (by["fp32"]["row_bytes"], by["fp32"]["ratio"]) == (5732, 1.0)
     assert (by["sq16"]["row_bytes"], by["sq16"]["ratio"]) == (2866, 2.0)
     assert (by["sq1"]["row_bytes"], by["sq1"]["ratio"]) == (180, 5732 / 180)
-    # sq1's params are its two levels (128 bytes with alignment); sq16's its 65536-entry lookup and thresholds.
-    assert by["sq1"]["ratio_with_params"] == 2708 * 5732 / (2708 * 180 + 128)
+    # sq1's params are its two levels, its mean and the data's shape (192 bytes with alignment); sq16's its
+    # 65536-entry lookup and thresholds.
+    assert by["sq1"]["ratio_with_params"] == 2708 * 5732 / (2708 * 180 + 192)
+    # Cora's features are 0/1 and sparse: sq1 keeps the zeros and decodes every 1 exactly.
+    assert by["sq1"]["rel_error"] == 0 and not by["sq1"]["refused"]
     assert 1.8 < by["sq16"]["ratio_with_params"] < 2.0
     base = by["fp32"]["test"]["mean"]
     for name in ("sq16", "sq1"):

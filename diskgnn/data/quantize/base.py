@@ -14,10 +14,42 @@ unpacking, and `decode_torch` (on any device) gives bit for bit what
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ...errors import DiskgnnError
 from .bits import pack_bits, packed_bytes, units_numpy, units_torch, unpack_bits
+
+# A sample with at least this share of exact zeros is sparse: zero gets a code of its own, and the
+# ranges are fitted on the non-zero values.
+SPARSE_ZERO_SHARE = 0.25
+
+
+class DataShape(NamedTuple):
+    """What a fit found the features to be, chosen from the sample and stored with the parameters."""
+
+    signed: bool  # some values are negative: the codes carry a sign
+    zero: bool    # sparse: exact zeros encode to a code that decodes to exactly 0
+
+    @classmethod
+    def of(cls, sample: np.ndarray) -> "DataShape":
+        zeros = float(np.count_nonzero(sample == 0)) / max(1, sample.size)
+        return cls(bool((sample < 0).any()), zeros >= SPARSE_ZERO_SHARE)
+
+    def array(self) -> np.ndarray:
+        return np.array([self.signed, self.zero], dtype=np.float64)
+
+    @classmethod
+    def from_array(cls, a: np.ndarray) -> "DataShape":
+        return cls(bool(a[0]), bool(a[1]))
+
+    def describe(self) -> str:
+        return ("signed" if self.signed else "non-negative") + (", sparse (exact zeros kept)" if self.zero else "")
+
+
+# Parameters written before the data shape was recorded came from fits that assumed dense signed data.
+LEGACY_SHAPE = DataShape(True, False)
 
 
 class Quantizer:
@@ -44,6 +76,7 @@ class Quantizer:
         self._table = None     # float32 [T', values per unit] (1-D for one value): what decoding gathers from
         self._unit_offsets = None  # int32 [units], or None when every unit reads the same table rows
         self._torch = {}       # device -> (table, unit offsets) already on that device
+        self.shape = LEGACY_SHAPE
 
     @property
     def code_bytes(self) -> int:
@@ -63,6 +96,7 @@ class Quantizer:
         sample = self._check_rows(sample)
         if sample.shape[0] == 0:
             raise DiskgnnError(f"quantize {self.spec}: no rows to fit on")
+        self.shape = self._choose_shape(DataShape.of(sample))
         self._fit(sample, seed)
         self._build_decoder()
         return self
@@ -146,15 +180,21 @@ class Quantizer:
         bad = (sym[:, :self.symbols] >= self.levels).any(axis=1) | (sym[:, self.symbols:] != 0).any(axis=1)
         return int(np.flatnonzero(bad)[0]) if bad.any() else None
 
+    def clipped(self, rows: np.ndarray) -> np.ndarray | None:
+        """Which values of `rows` lie outside the range the fit chose (None: the quantizer has no range)."""
+        return None
+
     def state(self) -> dict[str, np.ndarray]:
-        """The fitted parameters as named arrays (what the params file stores)."""
+        """The fitted parameters as named arrays (what the params file stores), the data shape among them."""
         self._need_fit()
-        return self._state()
+        return {**self._state(), "shape": self.shape.array()}
 
     def load_state(self, arrays: dict[str, np.ndarray]) -> "Quantizer":
         """Fits this quantizer from `state()`'s arrays (a params file's); checks their names, dtypes
         and shapes. Returns self."""
-        expected = self._state_layout()
+        arrays = {"shape": LEGACY_SHAPE.array(), **arrays}
+        self.shape = self._choose_shape(DataShape.from_array(np.asarray(arrays["shape"])))
+        expected = {**self._state_layout(), "shape": ("float64", (2,))}
         if set(arrays) != set(expected):
             raise DiskgnnError(f"quantize {self.spec}: params hold {sorted(arrays)}, expected {sorted(expected)}")
         for name, (dtype, shape) in expected.items():
@@ -164,7 +204,7 @@ class Quantizer:
                                    f"expected {np.dtype(dtype)}{list(shape)}")
             if not np.isfinite(a).all():
                 raise DiskgnnError(f"quantize {self.spec}: params array {name!r} has NaN or inf")
-        self._load({name: np.array(arrays[name]) for name in expected})  # own, writable copies (torch wants them)
+        self._load({name: np.array(arrays[name]) for name in expected if name != "shape"})  # own, writable copies (torch wants them)
         self._build_decoder()
         return self
 
@@ -177,6 +217,10 @@ class Quantizer:
         """Memory `fit` needs for a sample of `rows` rows."""
         # The sample, its |x| copy and the percentile's working copy (float64 at worst).
         return rows * 16 * self.dim
+
+    def _choose_shape(self, found: DataShape) -> DataShape:
+        """The shape this quantizer encodes for, given what the sample holds."""
+        return found
 
     def _check_rows(self, rows) -> np.ndarray:
         rows = np.asarray(rows, dtype=np.float32)

@@ -30,6 +30,7 @@ from ...memory import peak_rss_bytes
 from ...units import format_size, parse_size
 from ..files import remove_stale_temps, temp_path
 from ..format import open_dataset, read_manifest, write_manifest
+from . import fidelity
 from .base import Quantizer
 from .spec import canonical_spec
 from .variants import file_kinds, write_quantized
@@ -67,7 +68,7 @@ def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: 
 
 
 def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sample_rows: int | None = None, seed: int = 0,
-                     overwrite: bool = False, report: bool = False) -> list[Quantizer]:
+                     overwrite: bool = False, force: bool = False, report: bool = False) -> list[Quantizer]:
     """Adds quantized variants of an existing dataset's features (the float features stay)."""
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
@@ -90,7 +91,7 @@ def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sampl
         try:
             q, files, entry = write_quantized(ds.features_path, ds.feature_dtype, ds.num_nodes, ds.feature_dim,
                                               spec, ds.path, work_bytes=budget - defaults.PREPARE_BASE_RSS,
-                                              sample_rows=sample_rows, seed=seed, temp=True)
+                                              sample_rows=sample_rows, seed=seed, force=force, temp=True)
             _install(ds.path, spec, features["checksum"], files, entry, overwrite)
         finally:
             for kind in kinds:
@@ -98,10 +99,15 @@ def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sampl
         done.append(q)
         if report:
             fit = entry["fit"]
+            data = fit["data"]
             print(f"quantize: {spec}: wrote {kinds[0]}.bin ({q.code_bytes} B/row, {q.compression_ratio:.1f}x "
-                  f"smaller than float32) in {time.perf_counter() - t0:.1f} s; fitted on {fit['sample_rows']} rows, "
-                  f"RMS error {fit['sample_rmse']:.4g} (features' RMS {fit['sample_rms']:.4g}); "
+                  f"smaller than float32) in {time.perf_counter() - t0:.1f} s; fitted on {fit['sample_rows']:,} rows "
+                  f"({100 * data['zero_share']:.1f}% zeros, {100 * data['negative_share']:.1f}% negative"
+                  f"{', one non-zero value' if data['binary'] else ''}: encoded as {q.shape.describe()}); "
                   f"peak RSS {peak_rss_bytes()} bytes (budget {budget})")
+            print(f"quantize: {spec}: fidelity {fidelity.summary(fit['report'])}")
+            if fit["report"].get("refused"):
+                print(f"quantize: {spec}: kept with --force although refused: {fidelity.refusal(fit['report'])}")
     return done
 
 
@@ -116,7 +122,9 @@ def main(argv=None) -> None:
     ap.add_argument("--sample-rows", type=int, help="rows to fit on (default 100000; vq 50000)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the row sample and of k-means")
     ap.add_argument("--overwrite", action="store_true", help="replace variants that already exist")
+    ap.add_argument("--force", action="store_true", help="keep a variant whose fit the fidelity report refuses "
+                    "(docs/quantization.md has the thresholds)")
     args = ap.parse_args(argv)
     quantize_dataset(args.dataset, args.spec, memory_budget=args.memory_budget, sample_rows=args.sample_rows,
-                     seed=args.seed, overwrite=args.overwrite, report=True)
+                     seed=args.seed, overwrite=args.overwrite, force=args.force, report=True)
 

@@ -22,7 +22,9 @@ class ProductQuantizer(Quantizer):
     at the sub-vectors of L different sample rows drawn with the seed, then up to
     KMEANS_ITERS rounds of assign and average (stopping early when no assignment
     changes); an empty cluster takes the sample sub-vector worst served so far.
-    Euclidean assignment (BiFeat assigns by cosine) minimises the reconstruction error.
+    Euclidean assignment (BiFeat assigns by cosine) minimises the reconstruction error. On sparse
+    data (base.DataShape) centroid 0 of every codebook is pinned to the zero vector, so an all-zero
+    sub-vector decodes to exact zeros (the first of equally near centroids wins).
     """
 
     default_sample_rows = 50_000  # BiFeat fits its codebooks on at most 50k rows
@@ -96,6 +98,8 @@ class ProductQuantizer(Quantizer):
         # permutation of max(n, L) taken mod n still uses every row at least once.
         start = np.argsort(rng.random((P, max(n, L))), axis=1)[:, :L] % n
         self.codebook = np.ascontiguousarray(x[start, np.arange(P)[:, None]])
+        pinned = 1 if self.shape.zero else 0
+        self.codebook[:, :pinned] = 0
         flat_base = (np.arange(P) * L)[None, :]
         prev = None
         for _ in range(KMEANS_ITERS):
@@ -109,9 +113,11 @@ class ProductQuantizer(Quantizer):
                              for j in range(self.w)], axis=1)
             cb = self.codebook.reshape(P * L, self.w)
             full = counts > 0
+            full.reshape(P, L)[:, :pinned] = False
             cb[full] = (sums[full] / counts[full, None]).astype(np.float32)
             for p in np.flatnonzero((counts.reshape(P, L) == 0).any(axis=1)):
                 empty = np.flatnonzero(counts[p * L:(p + 1) * L] == 0)
+                empty = empty[empty >= pinned]
                 worst = np.argsort(-err[:, p], kind="stable")[:empty.size]
                 self.codebook[p, empty[:worst.size]] = x[worst, p]
         self._set_codebook(self.codebook)

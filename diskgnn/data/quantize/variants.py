@@ -21,6 +21,7 @@ from ...errors import DiskgnnError
 from ...units import format_size
 from ..files import CHECKSUM_ALGO, ArrayFileWriter, temp_path
 from ..format import MANIFEST, Dataset
+from . import fidelity
 from .base import Quantizer
 from .quantizers import from_state, make_quantizer
 from .spec import canonical_spec, spec_slug
@@ -73,10 +74,10 @@ def load_quantized(ds: Dataset, spec: str) -> QuantizedFeatures:
     return QuantizedFeatures(q, ds.array(entry["codes"]), ds.file_path(entry["codes"]))
 
 
-def _read_sample(path: Path, dtype: np.dtype, num_rows: int, dim: int, count: int, seed: int) -> np.ndarray:
-    """`count` distinct rows drawn with `seed`, in ascending order, read with one pread per run
-    of consecutive rows (not a memory map: the budget must not be spent on mapped pages)."""
-    ids = np.sort(np.random.default_rng(seed).choice(num_rows, count, replace=False))
+def _read_rows(path: Path, dtype: np.dtype, dim: int, ids: np.ndarray) -> np.ndarray:
+    """Rows `ids` (ascending, distinct), read with one pread per run of consecutive rows (not a
+    memory map: the budget must not be spent on mapped pages)."""
+    count = ids.size
     row_bytes = dim * dtype.itemsize
     out = np.empty((count, dim), dtype=dtype)
     view = memoryview(out.reshape(-1).view(np.uint8))
@@ -141,9 +142,12 @@ def encode_file(q: Quantizer, features: Path, dtype, num_rows: int, writer: Arra
 
 
 def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, out_dir: Path, *,
-                    work_bytes: int, sample_rows: int | None = None, seed: int = 0,
+                    work_bytes: int, sample_rows: int | None = None, seed: int = 0, force: bool = False,
                     temp: bool = False) -> tuple[Quantizer, dict, dict]:
     """Fits `spec` on a seeded sample of a raw feature file's rows and encodes the file streaming.
+
+    The fit is measured on held-back rows first (fidelity.report); one that crosses the thresholds
+    is refused, naming a spec that passes, unless `force`.
 
     Writes the code and params files in `out_dir` (under their temporary names with `temp`: temp_path),
     holding about `work_bytes` of memory. Returns the quantizer, the manifest
@@ -158,17 +162,27 @@ def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, o
     if need > work_bytes:
         raise DiskgnnError(f"quantize {q.spec}: needs {format_size(need)} for {dim}-value rows, more than the "
                            f"{format_size(work_bytes)} the memory budget leaves")
-    count = _rows_within(q.fit_bytes, work_bytes, min(sample_rows or q.default_sample_rows, num_rows))
-    sample = _read_sample(features, dtype, num_rows, dim, count, seed)
+    hold = fidelity.holdout_rows(num_rows)
+    fit_budget = work_bytes - hold * dim * 4
+    count = _rows_within(q.fit_bytes, fit_budget, min(sample_rows or q.default_sample_rows, num_rows - hold))
+    # One seeded draw: the first `count` rows fit, the others are held back for the report.
+    ids = np.random.default_rng(seed).choice(num_rows, count + hold, replace=False)
+    sample = _read_rows(features, dtype, dim, np.sort(ids[:count]))
+    held = _read_rows(features, dtype, dim, np.sort(ids[count:])) if hold else sample
     q.fit(sample, seed=seed)
-    # Error on the sample, for the report; in chunks, like the encoding.
-    chunk = _rows_within(q.work_bytes, work_bytes, count)
-    sq_err = sq_x = 0.0
-    for i in range(0, count, chunk):
-        x = sample[i:i + chunk]
-        sq_err += float(np.square(q.decode_numpy(q.encode(x)) - x, dtype=np.float64).sum())
-        sq_x += float(np.square(x, dtype=np.float64).sum())
-    del sample
+    chunk = _rows_within(q.work_bytes, work_bytes, max(count, hold))
+    report = fidelity.report(q, held, chunk, "held-back" if hold else "fitted")
+    refused = fidelity.problems(report)
+    if refused:
+        better = fidelity.better_spec(make_quantizer, q.spec, sample, held, chunk, seed)
+        report["refused"] = refused
+        report["instead"] = (f"use {better[0]} instead (mean cosine {better[1]['mean_cosine']:.3f})" if better
+                             else "use fp32 (no quantizer passes)")
+        if not force:
+            raise DiskgnnError(f"quantize {q.spec}: refused: {fidelity.refusal(report)}, or keep it with "
+                               "python -m diskgnn.quantize --force")
+    data = fidelity.describe_data(sample)
+    del sample, held
 
     codes_kind, params_kind = file_kinds(q.spec)
     where = temp_path if temp else Path
@@ -183,8 +197,8 @@ def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, o
     codes_entry["name"], params_entry["name"] = f"{codes_kind}.bin", f"{params_kind}.bin"
     entry = {
         "codes": codes_kind, "params": params_kind, "code_bytes": q.code_bytes, "arrays": layout,
-        "fit": {"sample_rows": count, "seed": seed,
-                "sample_rmse": (sq_err / (count * dim)) ** 0.5, "sample_rms": (sq_x / (count * dim)) ** 0.5},
+        "fit": {"sample_rows": count, "seed": seed, "data": data, "shape": q.shape._asdict(),
+                "report": report},
     }
     return q, {codes_kind: codes_entry, params_kind: params_entry}, entry
 

@@ -11,6 +11,7 @@ import torch
 from diskgnn.data.files import ArrayFileWriter, file_checksum, manifest_checksum
 from diskgnn.data.format import MANIFEST, open_dataset
 from diskgnn.data.prepare import prepare
+from diskgnn.data.quantize.cli import quantize_dataset
 from diskgnn.data.quantize.spec import spec_slug
 from diskgnn.data.quantize.variants import encode_file, load_quantized
 from diskgnn.data.verify import verify
@@ -57,7 +58,7 @@ def test_prepare_stores_quantized_variants_that_verify(tmp_path, src):
         np.testing.assert_array_equal(codes, q.encode(x))  # every row encoded by the stored quantizer
         ids = np.array([5, 0, 198, 5])
         assert torch.equal(q.decode_torch(torch.from_numpy(codes[ids])), torch.from_numpy(q.decode_numpy(codes[ids])))
-    assert ds.manifest["quantized"]["sq4"]["fit"]["sample_rows"] == 199
+    assert ds.manifest["quantized"]["sq4"]["fit"]["sample_rows"] == 180  # 19 of 199 held back for the report
     with pytest.raises(DiskgnnError, match="no quantized features lin8 \\(stored: sq4, vq:w=3,L=16\\)"):
         load_quantized(ds, "lin8")
 
@@ -93,7 +94,7 @@ def test_quantize_command_adds_variants_atomically(tmp_path, src):
     fails("--spec", "lin4", match="already has quantized features lin4 (pass --overwrite")
     run_module("diskgnn.quantize", ds_path, "--spec", "lin4", "--overwrite", check=True)
     ds = open_dataset(ds_path)
-    assert ds.quantized_specs == ["lin4", "sq8"] and ds.manifest["quantized"]["lin4"]["fit"]["sample_rows"] == 199
+    assert ds.quantized_specs == ["lin4", "sq8"] and ds.manifest["quantized"]["lin4"]["fit"]["sample_rows"] == 180  # 19 of 199 held back for the report
     assert verify(ds_path) == []
 
 
@@ -123,16 +124,16 @@ def flip_byte(path, offset):
 
 
 def test_corrupted_quantized_files_are_detected(tmp_path, src):
-    ds_path = prepare(src, tmp_path / "ds", progress=False, quantize=["lin4", "vq:w=2,L=3"])
+    ds_path = prepare(src, tmp_path / "ds", progress=False, quantize=["lin4", "vq:w=2,L=8"])
     flip_byte(ds_path / "features.lin4.bin", 100)
     with pytest.raises(DiskgnnError, match="features.lin4.bin: checksum mismatch"):
         open_dataset(ds_path)
     assert any("features.lin4.bin: checksum mismatch" in p for p in verify(ds_path))
     flip_byte(ds_path / "features.lin4.bin", 100)
 
-    params = ds_path / "features.vq-w2-L3.params.bin"
+    params = ds_path / "features.vq-w2-L8.params.bin"
     flip_byte(params, 5)
-    with pytest.raises(DiskgnnError, match="features.vq-w2-L3.params.bin: checksum mismatch"):
+    with pytest.raises(DiskgnnError, match="features.vq-w2-L8.params.bin: checksum mismatch"):
         open_dataset(ds_path)
     problems = verify(ds_path)
     assert len(problems) == 1 and "params.bin: checksum mismatch" in problems[0]
@@ -142,7 +143,8 @@ def test_corrupted_quantized_files_are_detected(tmp_path, src):
 
 def test_verify_checks_codes_behind_valid_checksums(tmp_path, src):
     """A code out of range (VQ with L=3 in 2 bits' worth of a byte) under a consistent manifest."""
-    ds_path = prepare(src, tmp_path / "ds", progress=False, quantize=["vq:w=2,L=3"])
+    ds_path = prepare(src, tmp_path / "ds", progress=False)
+    quantize_dataset(ds_path, ["vq:w=2,L=3"], force=True)  # 3 centroids of 2 values are refused otherwise
     codes = ds_path / "features.vq-w2-L3.bin"
     data = bytearray(codes.read_bytes())
     data[4 * 17 + 2] = 3  # row 17 (4 code bytes per row), part 2
