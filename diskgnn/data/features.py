@@ -89,5 +89,6 @@ def feature_source(ds: Dataset, name: str = RAW_FEATURES) -> FeatureSource:
                              ds.feature_dim)
     q = load_quantized(ds, name)
     entry = ds.manifest["quantized"][q.quantizer.spec]
-    return FeatureSource(q.quantizer.spec, q.path, q.codes, q.quantizer, ds.manifest["files"][entry["codes"]]["checksum"],
-                         ds.feature_dim, entry["fit"].get("report"))
+    checksum = ds.manifest["files"][entry["codes"]]["checksum"]
+    return FeatureSource(q.quantizer.spec, q.path, q.codes, q.quantizer, checksum, ds.feature_dim,
+                         entry["fit"].get("report"))

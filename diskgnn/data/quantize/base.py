@@ -204,7 +204,8 @@ class Quantizer:
                                    f"expected {np.dtype(dtype)}{list(shape)}")
             if not np.isfinite(a).all():
                 raise DiskgnnError(f"quantize {self.spec}: params array {name!r} has NaN or inf")
-        self._load({name: np.array(arrays[name]) for name in expected if name != "shape"})  # own, writable copies (torch wants them)
+        # own, writable copies (torch wants them); the shape is already set
+        self._load({name: np.array(arrays[name]) for name in expected if name != "shape"})
         self._build_decoder()
         return self
 

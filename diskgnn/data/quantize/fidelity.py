@@ -51,9 +51,9 @@ def report(q, rows: np.ndarray, chunk_rows: int, on: str = "held-back") -> dict:
         nonzeros += int(np.count_nonzero(nz))
         lost += int(np.count_nonzero(nz & (y == 0)))
         gained += int(np.count_nonzero(~nz & (y != 0)))
-        nx = np.linalg.norm(x.astype(np.float64), axis=1)
-        ny = np.linalg.norm(y.astype(np.float64), axis=1)
-        dot = np.einsum("ij,ij->i", x.astype(np.float64), y.astype(np.float64))
+        x64, y64 = x.astype(np.float64), y.astype(np.float64)
+        nx, ny = np.linalg.norm(x64, axis=1), np.linalg.norm(y64, axis=1)
+        dot = np.einsum("ij,ij->i", x64, y64)
         both = (nx > 0) & (ny > 0)
         # two zero rows agree; a zero row against a non-zero one does not
         cos = np.where(both, dot / np.where(both, nx * ny, 1), np.where((nx == 0) & (ny == 0), 1.0, 0.0))
@@ -103,7 +103,8 @@ def better_spec(make_quantizer, spec: str, sample: np.ndarray, held: np.ndarray,
     for c in candidates:
         if c.spec == spec:
             continue
-        c.fit(sample[:SUGGEST_FIT_ROWS], seed=seed)
+        # every k-th row: the sample is in row order, so its first rows would be the dataset's first ones
+        c.fit(sample[::-(-sample.shape[0] // SUGGEST_FIT_ROWS)], seed=seed)
         r = report(c, held, chunk_rows)
         if not problems(r):
             return c.spec, r
