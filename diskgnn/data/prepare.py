@@ -42,18 +42,31 @@ def _parse_floats(text: str, n: int, flag: str):
     return tuple(values)
 
 
+def row_normalized(block: np.ndarray, first_row: int, name: str) -> np.ndarray:
+    """`block`'s rows divided by their sums, in float64 (so that the stored dtype rounds once); all-zero rows
+    are kept. For non-negative features only: a signed row's sum can be ~0 and blow its values up."""
+    x = np.asarray(block, dtype=np.float64)
+    negative = (x < 0).any(axis=1)
+    if negative.any():
+        raise DiskgnnError(f"{name}: --normalize-features: feature row {first_row + int(np.flatnonzero(negative)[0])} "
+                           f"has negative values (rows are divided by their sums, for non-negative features only)")
+    sums = x.sum(axis=1, keepdims=True)
+    return x / np.where(sums == 0, 1.0, sums)
+
+
 def prepare(source, out, *, format: str = "auto", undirected: bool = False, self_loops: bool = False,
             drop_self_loops: bool = False, feature_dtype: str | None = None,
             split_ratios=(0.1, 0.1, 0.8), split_per_class=None, split_seed: int = 0,
             memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False, allow_nonfinite: bool = False,
             ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None,
-            report: bool = False, quantize=()) -> Path:
+            report: bool = False, quantize=(), normalize_features: bool = False) -> Path:
     """Converts SOURCE into a dataset directory OUT and returns its path.
 
     Parameters mirror the command-line flags (see ``python -m diskgnn.prepare -h``).
     `memory_budget` bounds the whole process's memory; sizes accept suffixes.
     `progress` shows bars (None: when on a terminal); `report` prints a summary line.
     `quantize` lists quantizer specs (docs/quantization.md) whose variants are stored too.
+    `normalize_features` divides each (non-negative) feature row by its sum; all-zero rows stay.
     """
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
@@ -129,6 +142,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         for block in tqdm(src.features(feat_rows), desc="features", total=None, **bar):
             if block.ndim != 2 or block.shape[1] != src.feature_dim:
                 raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")
+            if normalize_features:
+                block = row_normalized(block, feat_w.rows, src.feature_name)
             with np.errstate(over="ignore", invalid="ignore"):  # reported below as non-finite
                 out_block = block.astype(out_dtype, copy=False)
             if check_finite and not np.isfinite(out_block).all():
@@ -171,6 +186,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
                 "options": {
                     "undirected": undirected, "self_loops": self_loops, "drop_self_loops": drop_self_loops,
                     "split": split_how, "allow_nonfinite": allow_nonfinite,
+                    "normalize_features": normalize_features,
                     "input_edges": csc.input_edges,
                 },
             },
@@ -204,6 +220,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"memory the whole run may use (default {defaults.MEMORY_BUDGET})")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     p.add_argument("--allow-nonfinite", action="store_true", help="keep NaN/inf features instead of refusing")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="divide each feature row by its sum (non-negative features, e.g. bag-of-words counts; "
+                        "all-zero rows stay)")
     p.add_argument("--ogb-split", help="OGB split name when the dataset has several")
     p.add_argument("--quantize", action="append", default=[], metavar="SPEC",
                    help="also store quantized features: sq1|sq2|sq4|sq8|sq16|lin4|lin8|vq:w=16,L=2048 "
@@ -237,5 +256,6 @@ def main(argv=None) -> None:
                        classes=args.classes, seed=args.seed, homophily=args.homophily,
                        feature_signal=args.feature_signal) if is_synthetic else None,
         progress=False if args.no_progress else None, report=True, quantize=args.quantize,
+        normalize_features=args.normalize_features,
     )
 

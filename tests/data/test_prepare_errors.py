@@ -130,3 +130,11 @@ def test_no_space_left_on_device(tmp_path, good):
 def test_verify_reports_missing_dataset(tmp_path):
     proc = run_module("diskgnn.verify", tmp_path / "none")
     assert proc.returncode != 0 and "not a dataset directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_normalize_features_refuses_negative_values(tmp_path, good):
+    feat = np.abs(np.load(good / "feat.npy"))
+    feat[150, 2] = -0.5
+    np.save(good / "feat.npy", feat)
+    fails(tmp_path, good, "--normalize-features",
+          match="feat.npy: --normalize-features: feature row 150 has negative values")

@@ -254,3 +254,26 @@ def test_peak_rss_stays_inside_the_budget(tmp_path):
     m = open_dataset(tmp_path / "ds").manifest
     assert sum(f["file_bytes"] for f in m["files"].values()) > budget
     assert 0 < int(re.search(r"peak RSS (\d+) bytes", proc.stdout).group(1)) <= budget
+
+
+def test_normalize_features_divides_rows_by_their_sums(tmp_path):
+    """Against numpy on the whole matrix, read in blocks of a few rows: sparse counts, an all-zero row (kept),
+    a row with one non-zero (becomes 1) and a float64 input (rounded to float32 once)."""
+    g = random_graph(n=199, e=800, d=33)
+    rng = np.random.default_rng(5)
+    feat = rng.poisson(0.2, size=(199, 33)).astype(np.float64) * rng.random((199, 33))
+    feat[7] = 0
+    feat[8] = 0
+    feat[8, 4] = 3.5
+    g["feat"] = feat
+    src = write_npy_dir(tmp_path / "src", g, "2xE")
+    out = prepare(src, tmp_path / "ds", progress=False, memory_budget="161MiB", feature_dtype="float32",
+                  normalize_features=True)
+    ds = open_dataset(out)
+    sums = feat.sum(axis=1, keepdims=True)
+    oracle = (feat / np.where(sums == 0, 1, sums)).astype(np.float32)
+    np.testing.assert_array_equal(ds.features, oracle)
+    assert not ds.features[7].any() and ds.features[8, 4] == 1
+    nonzero = sums[:, 0] != 0
+    np.testing.assert_allclose(np.asarray(ds.features, dtype=np.float64)[nonzero].sum(axis=1), 1, rtol=1e-6)
+    assert ds.manifest["producer"]["options"]["normalize_features"] is True
