@@ -47,6 +47,9 @@ def main(argv=None) -> dict:
     add_loop_args(ap)
     ap.add_argument("--madvise", choices=("default", "random"), default="default")
     args = ap.parse_args(argv)
+    if args.epochs != 1 or args.eval_nodes:
+        ap.error("--epochs and --eval-nodes: the naive loop trains one epoch's first --batches batches (a rate), "
+                 "without evaluation")
     fanouts = [int(f) for f in args.fanouts.split(",")]
 
     ds = open_dataset(args.data)

@@ -32,11 +32,16 @@ LABELS = {
     "naive_random": "naive np.memmap loop + MADV_RANDOM, capped, cold",
     "diskgnn_cuda_all_cached": "diskgnn on the GPU, uncapped, every row in host RAM",
     "diskgnn_cuda": "diskgnn on the GPU, capped, cold",
+    "dgl_memory": "DGL GraphBolt, features in RAM, uncapped",
+    "dgl_ondisk": "DGL GraphBolt on disk (`in_memory: false`), capped, cold",
+    "marius": "MariusGNN (installed), capped, cold",
+    "ginex": "Ginex (installed), capped, cold",
 }
 SHORT = {"diskgnn_all_cached": "diskgnn all in RAM", "pyg_memory": "PyG in memory", "diskgnn": "diskgnn capped",
          "pyg_memmap_default": "PyG+memmap", "pyg_memmap_random": "PyG+memmap+RANDOM",
          "naive_default": "naive memmap", "naive_random": "naive memmap+RANDOM",
-         "diskgnn_cuda_all_cached": "diskgnn GPU all in RAM", "diskgnn_cuda": "diskgnn GPU capped"}
+         "diskgnn_cuda_all_cached": "diskgnn GPU all in RAM", "diskgnn_cuda": "diskgnn GPU capped",
+         "dgl_memory": "DGL in memory", "dgl_ondisk": "DGL on disk", "marius": "MariusGNN", "ginex": "Ginex"}
 REPORT_CAP = "2GiB"  # the cap the disk and stage tables show (the issue's headline cap), else the first
 
 
@@ -114,6 +119,7 @@ def ratio_table(epoch: dict) -> str:
     caps = _caps(epoch)
     u = epoch["uncapped"]
     rows = [("diskgnn capped / diskgnn all in RAM", lambda runs: ratio_cell(runs["diskgnn"], u["diskgnn_all_cached"])),
+            ("diskgnn capped / DGL in memory", lambda runs: ratio_cell(runs["diskgnn"], u["dgl_memory"])),
             ("**diskgnn capped / PyG in memory** (≤ 1.0: as fast out of core as PyG in RAM)",
              lambda runs: ratio_cell(runs["diskgnn"], u["pyg_memory"]))]
     rows += [(f"{SHORT[n]} / diskgnn capped", lambda runs, n=n: ratio_cell(runs[n], runs["diskgnn"]))
@@ -121,6 +127,61 @@ def ratio_table(epoch: dict) -> str:
     lines = ["| per-batch ratio | " + " | ".join(f"cap {c}" for c in caps) + " |", "|---|" + "---|" * len(caps)]
     for label, fn in rows:
         lines.append(f"| {label} | " + " | ".join(fn(epoch["caps"][c]["runs"]) for c in caps) + " |")
+    return "\n".join(lines)
+
+
+def val_target(epoch: dict) -> float | None:
+    """The best val accuracy every evaluated system reached: the lowest of their bests."""
+    bests = [max(r["val_acc_per_epoch"]) for r in all_runs(epoch) if r.get("val_acc_per_epoch")]
+    return min(bests) if bests else None
+
+
+def all_runs(epoch: dict) -> list[dict]:
+    return [*epoch["uncapped"].values(), *(r for c in epoch["caps"].values() for r in c["runs"].values())]
+
+
+def time_to(r: dict, target: float | None) -> str:
+    """Training seconds until the first epoch whose val accuracy reached `target`."""
+    vals, times = r.get("val_acc_per_epoch"), r.get("train_s_per_epoch")
+    if target is None or not vals or not times:
+        return "—"
+    spent = 0.0
+    for v, t in zip(vals, times):
+        spent += t
+        if v >= target:
+            return f"{spent:,.1f} s"
+    return "not reached"
+
+
+def _conversion(name: str, r: dict) -> str:
+    if name.startswith("diskgnn") and "sample_s" in r:
+        return f"sample {r['sample_s']:.1f} s + pack {r['pack_s']:.1f} s"
+    c = r.get("conversion_s") or {}
+    parts = {"export_s": "export", "preprocess_s": "GraphBolt preprocessing", "indices_int64_s": "int64 indices"}
+    return " + ".join(f"{parts[k]} {v:.1f} s" for k, v in c.items()) or "—"
+
+
+def peer_table(epoch: dict) -> str:
+    """Per system and cap: epoch time, test accuracy after the epochs, time to the common val target, bytes
+    read, peak memory and preprocessing."""
+    target = val_target(epoch)
+    lines = [f"Val target (the best val accuracy every evaluated system reached): "
+             f"{'n/a' if target is None else f'{target:.4f}'}.", "",
+             "| system | cap | epoch | epochs done | test acc (best val epoch) | time to val target | "
+             "read from disk / epoch | peak memory (cgroup) | preprocessing |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [(n, "none", epoch["uncapped"][n]) for n in uncapped_names(epoch)]
+    rows += [(n, c, epoch["caps"][c]["runs"][n]) for c in _caps(epoch) for n in capped_names(epoch)]
+    for name, cap, r in rows:
+        if "epoch_s" not in r:
+            lines.append(f"| {SHORT[name]} | {cap} | {cell(r)} | | | | | | |")
+            continue
+        whole = "" if not r.get("extrapolated") else f" (rate from {r['batches_done']:,} of {r['batches']:,} batches)"
+        acc = f"{100 * r['test_acc']:.2f} %" if r.get("test_acc") is not None else "—"
+        per_epoch = r["disk_bytes_read"] / max(1, r.get("epochs_done") or 1) if "disk_bytes_read" in r else None
+        disk = format_size(int(per_epoch)) if per_epoch is not None else "—"
+        peak = format_size(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "—"
+        lines.append(f"| {SHORT[name]} | {cap} | {r['epoch_s']:,.1f} s{whole} | {r.get('epochs_done', 0)} | {acc} | "
+                     f"{time_to(r, target)} | {disk} | {peak} | {_conversion(name, r)} |")
     return "\n".join(lines)
 
 
@@ -229,9 +290,9 @@ def _save(plt, fig, path: Path) -> None:
 
 
 def plot_epoch(epoch: dict, text: str, path: Path) -> None:
-    plt, fig, ax = _figure(f"Time per batch, {epoch['batches']} batches of W1 ({epoch['nodes']:,} nodes), log scale",
+    plt, fig, ax = _figure(f"Time per batch, {work(epoch)} of W1 ({epoch['nodes']:,} nodes), log scale",
                            text, figsize=(10, 5))
-    colours = dict(zip((*UNCAPPED, *CAPPED, *GPU_UNCAPPED, *GPU_CAPPED), plt.get_cmap("tab10").colors))
+    colours = dict(zip((*UNCAPPED, *CAPPED, *GPU_UNCAPPED, *GPU_CAPPED), plt.get_cmap("tab20").colors))
     capped = capped_names(epoch)
     groups = [("uncapped", uncapped_names(epoch), epoch["uncapped"])] + [
         (f"cap {c}", capped, epoch["caps"][c]["runs"]) for c in _caps(epoch)]
@@ -255,6 +316,40 @@ def plot_epoch(epoch: dict, text: str, path: Path) -> None:
     ax.set_yscale("log")
     ax.set_ylabel("ms per batch (lower is better; hatched: lower bound)")
     _legend(ax, ncol=2)
+    _save(plt, fig, path)
+
+
+def plot_peers(epoch: dict, text: str, path: Path) -> None:
+    """Epoch time and bytes read per epoch for each system and cap, the ratio to diskgnn at the same cap above
+    each bar."""
+    plt, fig, axes = _figure("Peers on W1: epoch time and bytes read per epoch, per cap", text, figsize=(11, 5),
+                             ncols=2)
+    names = [n for n in capped_names(epoch) if not n.startswith("naive")]
+    caps = _caps(epoch)
+    width = 0.8 / max(1, len(names))
+    for ax, key, unit, scale in ((axes[0], "epoch_s", "seconds per epoch", 1.0),
+                                 (axes[1], "disk_bytes_read", "GB read per epoch", 1e-9)):
+        for i, name in enumerate(names):
+            xs, ys, notes = [], [], []
+            for g, c in enumerate(caps):
+                r = epoch["caps"][c]["runs"][name]
+                d = epoch["caps"][c]["runs"]["diskgnn"]
+                if key not in r or key not in d:
+                    continue
+                per = (lambda x: x[key] / max(1, x.get("epochs_done") or 1)) if key == "disk_bytes_read" else \
+                    (lambda x: x[key])
+                xs.append(g + (i - (len(names) - 1) / 2) * width)
+                ys.append(per(r) * scale)
+                notes.append(per(r) / per(d) if per(d) > 0 else None)
+            bars = ax.bar(xs, ys, width, label=SHORT[name])
+            for b, note in zip(bars, notes):
+                if note is not None and name != "diskgnn":
+                    ax.annotate(f"{note:,.0f}x" if note >= 10 else f"{note:.1f}x", (b.get_x() + b.get_width() / 2,
+                                b.get_height()), ha="center", va="bottom", fontsize=6)
+        ax.set_xticks(range(len(caps)), [f"cap {c}" for c in caps])
+        ax.set_yscale("log")
+        ax.set_ylabel(unit + " (log)")
+    _legend(axes[0])
     _save(plt, fig, path)
 
 
@@ -310,6 +405,13 @@ def plot_stages(epoch: dict, text: str, path: Path) -> None:
     _save(plt, fig, path)
 
 
+def work(epoch: dict) -> str:
+    n = epoch.get("epochs", 1)
+    if not epoch["batches"]:
+        return f"{n} whole epoch(s) of {epoch['batches_per_epoch']:,} batches"
+    return f"{n} epoch(s) of {epoch['batches']} batches"
+
+
 def section(suite: dict, epoch: dict, scaling: dict, limits: dict, plots: Path, markdown: Path) -> str:
     rel = os.path.relpath(plots, markdown.parent)
     text = banner(suite, epoch)
@@ -326,18 +428,30 @@ Machine and versions: {text}. Steps: {quiet}.
 W1: `prepare synthetic --nodes {epoch['nodes']:,} --feat-dim 128 --avg-degree 10 --classes 16 --seed 0`
 ({epoch['nodes']:,} nodes, {epoch['edges']:,} directed edges, features {format_size(epoch['feature_bytes'])});
 GraphSAGE (diskgnn's own; PyG's `GraphSAGE` for PyG), fanouts {epoch['fanouts']}, batch {epoch['batch_size']},
-hidden {epoch['hidden']}, {epoch['batches']} batches with the same seed nodes in every system, one process
-per run. Capped runs: a cgroup memory cap that includes the page cache, page cache dropped first. Times
-are training only (diskgnn's offline sampling and packing are in the stage table); a PyG memmap or naive
-run is stopped after {epoch['loop_timeout_s']:.0f} s and its rate taken from the batches it finished.
+hidden {epoch['hidden']}, Adam 0.003, {work(epoch)}, one process per run (DGL in its own venv: DGL
+2.1.0, torch 2.2.1). diskgnn and PyG train on the same seed nodes per batch; GraphBolt shuffles its own.
+Capped runs: a cgroup memory cap that includes the page cache, page cache dropped first. Times are training
+only (diskgnn's offline sampling and packing, the peers' conversions are in the peer table); a DGL, PyG or
+naive run is stopped after {epoch['loop_timeout_s']:.0f} s and its rate taken from the batches it finished,
+said as such (the naive loop runs {epoch['batches'] or 200} batches: a rate, not an accuracy).
 
-### Time per batch (epoch of {epoch['batches']} batches in brackets)
+### Time per batch (epoch in brackets)
 
 ![time per batch]({rel}/epoch.png)
 
 {epoch_table(epoch)}
 
 {ratio_table(epoch)}
+
+### The peers: {work(epoch)}
+
+Test accuracy is the best-val epoch's, on the test split's first {epoch.get('eval_batches', 0) * epoch['batch_size']:,}
+nodes (val likewise), the same nodes for every system; "time to val target" counts training time only. Bars:
+epoch time and bytes read per epoch, the ratio to diskgnn at the same cap above each.
+
+![peers]({rel}/peers.png)
+
+{peer_table(epoch)}
 
 ### The disk: what each system read against the device's limits (cap {cap})
 
@@ -383,6 +497,7 @@ def render(suite_path, markdown, plots) -> None:
     plots.mkdir(parents=True, exist_ok=True)
     text = banner(suite, epoch)
     plot_epoch(epoch, text, plots / "epoch.png")
+    plot_peers(epoch, text, plots / "peers.png")
     plot_scaling(scaling, text, plots / "scaling.png")
     plot_disk(epoch, limits, text, plots / "disk.png")
     plot_stages(epoch, text, plots / "stages.png")

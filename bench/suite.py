@@ -69,11 +69,15 @@ def step(name: str, fn, idle_wait: float) -> tuple[dict, dict]:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.suite", description=__doc__.split("\n\n")[0])
     ap.add_argument("--caps", default="1GiB,2GiB,4GiB")
-    ap.add_argument("--loop-timeout", type=float, default=90.0,
-                    help="seconds each PyG memmap and naive run may take (its rate from the batches done)")
+    ap.add_argument("--loop-timeout", type=float, default=600.0,
+                    help="seconds each DGL, PyG or naive run may take (its rate from the batches done); "
+                         "uncapped in-memory runs get twice this")
+    ap.add_argument("--epochs", type=int, default=3, help="epochs every system trains")
+    ap.add_argument("--eval-batches", type=int, default=20,
+                    help="val and test nodes evaluated after each epoch, in batches of the batch size")
     ap.add_argument("--scales", default="0.25,0.5,1,2")
     ap.add_argument("--scaling-repeat", type=int, default=5, help="runs per scale, interleaved")
-    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--batches", type=int, default=0, help="batches per epoch (0: whole epochs)")
     ap.add_argument("--idle-wait", type=float, default=60.0,
                     help="before each step, wait at most this many seconds for the machine to be idle")
     ap.add_argument("--out-dir", default=str(REPO / "bench" / "results" / "suite"))
@@ -86,6 +90,7 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
         args.caps, args.loop_timeout, args.batches, args.idle_wait = "1GiB", 60.0, 3, 0.0
+        args.epochs, args.eval_batches = 2, 2
     docs = out if args.smoke else REPO / "docs"
     plots = Path(args.plots or docs / "bench")
     markdown = Path(args.report or docs / "benchmarks.md")
@@ -103,7 +108,8 @@ def main(argv=None) -> dict:
     write_json(out / "limits.json", limits)
     _, steps["epoch"] = step("epoch grid", lambda: bench_epoch.main(
         ["--data", str(w1), "--caps", args.caps, "--loop-timeout", str(args.loop_timeout), "--batches",
-         str(args.batches), "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *smoke]),
+         str(args.batches), "--epochs", str(args.epochs), "--eval-batches", str(args.eval_batches),
+         "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *smoke]),
         args.idle_wait)
     _, steps["scaling"] = step("scaling", lambda: bench_scaling.main(
         ["--nodes", str(nodes), "--scales", args.scales, "--repeat", str(1 if args.smoke else args.scaling_repeat),

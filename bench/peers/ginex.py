@@ -127,22 +127,31 @@ def _tail(proc) -> str:
     return " | ".join(((proc.stdout or "") + (proc.stderr or "")).strip().splitlines()[-3:])
 
 
+def installed() -> tuple[bool, str]:
+    """Whether DISKGNN_GINEX names a Ginex checkout; if not, how to point the bench at one (one line)."""
+    home = os.environ.get("DISKGNN_GINEX")
+    if not home:
+        return False, ("not installed: set DISKGNN_GINEX to a checkout of SNU-ARC/Ginex with its dependencies "
+                       "(and DISKGNN_GINEX_PYTHON to its interpreter; docs/peers.md)")
+    missing = [f for f in ("run_ginex.py", "create_neigh_cache.py") if not (Path(home) / f).is_file()]
+    if missing:
+        return False, f"DISKGNN_GINEX={home} has no {' or '.join(missing)}"
+    return True, home
+
+
 def run(out, *, cap=None, timeout=None) -> dict:
     """Runs Ginex on an export: create_neigh_cache.py, then run_ginex.py --train-only under a cgroup memory
     cap (default: the export's), with the export's fanouts, batch size, epochs and hidden size.
 
-    Needs GINEX_HOME (a Ginex checkout), a CUDA device (run_ginex.py puts the model on
+    Needs DISKGNN_GINEX (a Ginex checkout), a CUDA device (run_ginex.py puts the model on
     cuda:N) and root (run_ginex.py writes /proc/sys/vm/drop_caches every superbatch; the
-    cap needs a cgroup). GINEX_PYTHON names the interpreter with Ginex's dependencies
+    cap needs a cgroup). DISKGNN_GINEX_PYTHON names the interpreter with Ginex's dependencies
     (default: this one). Epoch times come from its "Epoch time: X ms" lines.
     """
-    home = os.environ.get("GINEX_HOME")
-    if not home:
-        return not_run("ginex", "not installed", "GINEX_HOME is not set (a checkout of SNU-ARC/Ginex with its "
-                       "dependencies; see docs/peers.md)")
-    missing = [f for f in ("run_ginex.py", "create_neigh_cache.py") if not (Path(home) / f).is_file()]
-    if missing:
-        return not_run("ginex", "not installed", f"GINEX_HOME={home} has no {' or '.join(missing)}")
+    ok, why = installed()
+    if not ok:
+        return not_run("ginex", "not installed", why)
+    home = os.environ["DISKGNN_GINEX"]
     import torch
 
     if not torch.cuda.is_available():
@@ -157,7 +166,7 @@ def run(out, *, cap=None, timeout=None) -> dict:
     link = work / "dataset" / f"{NAME}-ginex"
     if not link.is_symlink():
         link.symlink_to(export_dir)
-    python = os.environ.get("GINEX_PYTHON", sys.executable)
+    python = os.environ.get("DISKGNN_GINEX_PYTHON", sys.executable)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [home, os.environ.get("PYTHONPATH")]))}
     nc_size = str(opts["neigh_cache_bytes"])
     try:

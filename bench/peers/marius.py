@@ -217,16 +217,32 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
     return {"peer": "marius", "out": str(final), "config": str(final / CONFIG), **options}
 
 
+def executable() -> str | None:
+    """The user's marius_train: DISKGNN_MARIUS, else the one on PATH."""
+    return os.environ.get("DISKGNN_MARIUS") or shutil.which("marius_train")
+
+
+def installed() -> tuple[bool, str]:
+    """Whether an installed MariusGNN can be run; if not, how to point the bench at one (one line)."""
+    exe = executable()
+    if exe is None:
+        return False, ("not installed: put marius_train on PATH or set DISKGNN_MARIUS=/path/to/marius_train "
+                       "(MariusGNN is built from its own repository; docs/peers.md)")
+    if not (os.path.isfile(exe) and os.access(exe, os.X_OK)):
+        return False, f"DISKGNN_MARIUS={exe} is not an executable file"
+    return True, exe
+
+
 def run(out, *, cap=None, timeout=None) -> dict:
     """Trains MariusGNN on an export (`marius_train CONFIG`) under a cgroup memory cap (default: the cap
     the export's buffer was sized for).
 
     Epoch times come from its "Epoch Runtime: 63ms" lines (docs/examples/config/nc_custom.rst).
     """
-    exe = shutil.which("marius_train")
-    if exe is None:
-        return not_run("marius", "not installed", "marius_train is not on PATH (MariusGNN is not installed; "
-                       "see docs/peers.md)")
+    ok, why = installed()
+    if not ok:
+        return not_run("marius", "not installed", why)
+    exe = executable()
     info = read_export_info(out)
     config = Path(out).absolute() / CONFIG
     return capped_row("marius", [exe, str(config)], cap or info["options"]["cap_bytes"],

@@ -20,6 +20,7 @@ what was checked.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import mmap
 import os
@@ -222,11 +223,11 @@ def graph_data(ds, mode: str, madvise: str = "default"):
     return Data(x=x, y=y, adj_t=adj_t, num_nodes=n), info
 
 
-def make_loader(ds, data, *, fanouts, batch_size: int, batches: int, seed: int):
-    """NeighborLoader over diskgnn's first `batches` seed batches, in order."""
+def make_loader(ds, data, *, fanouts, batch_size: int, batches: int | None, seed: int, epoch: int = 0):
+    """NeighborLoader over diskgnn's first `batches` (None: all) seed batches of `epoch`, in order."""
     from torch_geometric.loader import NeighborLoader
 
-    seeds = epoch_seeds(ds.split("train"), batch_size, seed, 0)[:batches]
+    seeds = epoch_seeds(ds.split("train"), batch_size, seed, epoch)[:batches]
     nodes = torch.from_numpy(np.concatenate(seeds)) if seeds else torch.empty(0, dtype=torch.int64)
     # Every batch but an epoch's last is full, so consecutive slices of batch_size are diskgnn's batches.
     with warnings.catch_warnings():
@@ -259,7 +260,27 @@ def command(data, *, mode: str, madvise: str = "default", batches: int = 200, fa
     return argv + (["--progress", str(progress)] if progress else [])
 
 
+def accuracy(model, data, nodes: np.ndarray, *, fanouts, batch_size: int) -> float:
+    """Sampled evaluation on `nodes` (NeighborLoader, the training fanouts), as diskgnn's --eval sampled."""
+    from torch_geometric.loader import NeighborLoader
+
+    model.eval()
+    correct = total = 0
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation is deprecated.*")
+        for batch in NeighborLoader(data, num_neighbors=list(fanouts), input_nodes=torch.from_numpy(nodes),
+                                    batch_size=batch_size, shuffle=False):
+            pred = model(batch.x.float(), batch.adj_t)[: batch.batch_size].argmax(1)
+            correct += int((pred == batch.y[: batch.batch_size].long()).sum())
+            total += batch.batch_size
+    model.train()
+    return correct / max(1, total)
+
+
 def train(args) -> dict:
+    """Epochs of diskgnn's batches (the same seeds per batch as diskgnn.train, epoch by epoch; at most
+    --batches of each), then, with --eval-nodes, each epoch's val accuracy and the best epoch's test
+    accuracy on the splits' first --eval-nodes nodes (diskgnn.train --eval-max-batches takes the same)."""
     if args.mode == "memory" and args.madvise != "default":
         raise DiskgnnError("--madvise random applies to --mode memmap only (memory mode has no maps)")
     ok, why = available()
@@ -270,37 +291,57 @@ def train(args) -> dict:
     fanouts = [int(f) for f in args.fanouts.split(",")]
     ds = open_dataset(args.data)
     data, info = graph_data(ds, args.mode, args.madvise)
-    loader = make_loader(ds, data, fanouts=fanouts, batch_size=args.batch_size, batches=args.batches,
-                         seed=args.seed)
     # One generator draws the weights, dropout and torch-sparse's neighbour choices: a seed fixes the run.
     torch.manual_seed(args.seed)
     model = GraphSAGE(ds.feature_dim, args.hidden, len(fanouts), ds.num_classes, dropout=args.dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     totals = {"sample_from_nodes": 0.0, "filter_fn": 0.0}
-    _timed(loader.node_sampler, "sample_from_nodes", totals)
-    _timed(loader, "filter_fn", totals)
     progress = open(args.progress, "a") if args.progress else None
+
+    def emit(line: dict) -> None:
+        if progress:
+            progress.write(json.dumps(line) + "\n")
+            progress.flush()
+
     model.train()
     loss = None
     done = 0
-    start, read_before = time.perf_counter(), disk_read_bytes()
-    for b, batch in enumerate(loader):
-        optimizer.zero_grad(set_to_none=True)
-        out = model(batch.x.float(), batch.adj_t)[: batch.batch_size]
-        loss = F.cross_entropy(out, batch.y[: batch.batch_size].long())
-        loss.backward()
-        optimizer.step()
-        done = b + 1
-        if progress:
-            progress.write(json.dumps({"batch": b, "elapsed_s": time.perf_counter() - start,
-                                       "sample_s": totals["sample_from_nodes"], "gather_s": totals["filter_fn"],
-                                       "disk_bytes_read": disk_read_bytes() - read_before,
-                                       "load_s": info["load_s"], "loss": loss.item()}) + "\n")
-            progress.flush()
-    result = {"system": "pyg", "mode": args.mode, "madvise": args.madvise, "batches": done,
-              "epoch_s": time.perf_counter() - start, "sample_s": totals["sample_from_nodes"],
+    elapsed, read_before = 0.0, disk_read_bytes()
+    best = {"val_acc": -1.0, "epoch": -1, "state": None}
+    for epoch in range(args.epochs):
+        loader = make_loader(ds, data, fanouts=fanouts, batch_size=args.batch_size, batches=args.batches or None,
+                             seed=args.seed, epoch=epoch)
+        _timed(loader.node_sampler, "sample_from_nodes", totals)
+        _timed(loader, "filter_fn", totals)
+        start = time.perf_counter()
+        for batch in loader:
+            optimizer.zero_grad(set_to_none=True)
+            out = model(batch.x.float(), batch.adj_t)[: batch.batch_size]
+            loss = F.cross_entropy(out, batch.y[: batch.batch_size].long())
+            loss.backward()
+            optimizer.step()
+            emit({"batch": done, "epoch": epoch, "elapsed_s": elapsed + time.perf_counter() - start,
+                  "sample_s": totals["sample_from_nodes"], "gather_s": totals["filter_fn"],
+                  "disk_bytes_read": disk_read_bytes() - read_before, "load_s": info["load_s"],
+                  "loss": loss.item()})
+            done += 1
+        elapsed += time.perf_counter() - start
+        if args.eval_nodes:
+            val = accuracy(model, data, np.asarray(ds.split("val")[: args.eval_nodes]), fanouts=fanouts,
+                           batch_size=args.batch_size)
+            emit({"epoch_end": epoch, "elapsed_s": elapsed, "val_acc": val})
+            if val > best["val_acc"]:
+                best = {"val_acc": val, "epoch": epoch, "state": copy.deepcopy(model.state_dict())}
+    test = None
+    if args.eval_nodes and best["state"] is not None:
+        model.load_state_dict(best["state"])
+        test = accuracy(model, data, np.asarray(ds.split("test")[: args.eval_nodes]), fanouts=fanouts,
+                        batch_size=args.batch_size)
+        emit({"test_acc": test, "best_epoch": best["epoch"]})
+    result = {"system": "pyg", "mode": args.mode, "madvise": args.madvise, "batches": done, "epochs": args.epochs,
+              "epoch_s": elapsed, "sample_s": totals["sample_from_nodes"],
               "gather_s": totals["filter_fn"], "disk_bytes_read": disk_read_bytes() - read_before,
-              "final_loss": loss.item() if loss is not None else float("nan"),
+              "final_loss": loss.item() if loss is not None else float("nan"), "test_acc": test,
               "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, **info,
               "versions": {"torch": torch.__version__, "torch_geometric": _version("torch_geometric"),
                            "torch_sparse": _version("torch_sparse")}}

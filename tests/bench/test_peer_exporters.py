@@ -231,15 +231,17 @@ def test_runners_say_why_a_peer_did_not_run(dataset, tmp_path, monkeypatch):
     empty = tmp_path / "bin"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))
-    assert marius.run(tmp_path / "m") == {"system": "marius", "status": "not installed",
-                                          "why": "marius_train is not on PATH (MariusGNN is not installed; "
-                                                 "see docs/peers.md)"}
-    monkeypatch.delenv("GINEX_HOME", raising=False)
+    monkeypatch.delenv("DISKGNN_MARIUS", raising=False)
+    row = marius.run(tmp_path / "m")
+    assert row["status"] == "not installed" and "set DISKGNN_MARIUS=/path/to/marius_train" in row["why"]
+    monkeypatch.setenv("DISKGNN_MARIUS", str(empty / "marius_train"))
+    assert "is not an executable file" in marius.run(tmp_path / "m")["why"]
+    monkeypatch.delenv("DISKGNN_GINEX", raising=False)
     row = ginex.run(tmp_path / "g")
-    assert row["status"] == "not installed" and "GINEX_HOME is not set" in row["why"]
+    assert row["status"] == "not installed" and "set DISKGNN_GINEX to a checkout" in row["why"]
     home = tmp_path / "ginex"
     home.mkdir()
-    monkeypatch.setenv("GINEX_HOME", str(home))
+    monkeypatch.setenv("DISKGNN_GINEX", str(home))
     row = ginex.run(tmp_path / "g")
     assert row["status"] == "not installed" and "has no run_ginex.py or create_neigh_cache.py" in row["why"]
     for script in ("run_ginex.py", "create_neigh_cache.py"):
