@@ -172,9 +172,11 @@ def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, o
     q.fit(sample, seed=seed)
     chunk = _rows_within(q.work_bytes, work_bytes, max(count, hold))
     report = fidelity.report(q, held, chunk, "held-back" if hold else "fitted")
-    refused = fidelity.problems(report)
+    # the data's sparsity, not the fit's encoding: a signed sparse sq1 spends its bit on the sign
+    sparse = DataShape.of(sample).zero
+    refused = fidelity.problems(report, sparse)
     if refused:
-        better = fidelity.better_spec(make_quantizer, q.spec, sample, held, chunk, seed)
+        better = fidelity.better_spec(make_quantizer, q.spec, sample, held, chunk, seed, sparse)
         report["refused"] = refused
         report["instead"] = (f"use {better[0]} instead (mean cosine {better[1]['mean_cosine']:.3f})" if better
                              else "use fp32 (no quantizer passes)")

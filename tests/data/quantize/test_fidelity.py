@@ -49,9 +49,16 @@ def test_an_empty_and_a_one_row_report():
 
 def test_thresholds_refuse_what_they_say():
     good = {"mean_cosine": 0.99, "nonzeros_lost_share": 0.0}
-    assert fidelity.problems(good) == []
-    assert "mean cosine" in fidelity.problems({**good, "mean_cosine": fidelity.REFUSE_MEAN_COSINE - 0.01})[0]
-    assert "decoded to 0" in fidelity.problems({**good, "nonzeros_lost_share": 0.6})[0]
+    for sparse in (False, True):
+        assert fidelity.problems(good, sparse) == []
+        assert "decoded to 0" in fidelity.problems({**good, "nonzeros_lost_share": 0.6}, sparse)[0]
+    assert "mean cosine" in fidelity.problems({**good, "mean_cosine": fidelity.REFUSE_MEAN_COSINE - 0.01}, False)[0]
+    # sparse data is held to more: a cosine dense data passes with refuses it
+    between = {**good, "mean_cosine": (fidelity.REFUSE_MEAN_COSINE + fidelity.REFUSE_MEAN_COSINE_SPARSE) / 2}
+    assert fidelity.problems(between, False) == []
+    assert fidelity.problems(between, True) == [
+        f"rows' mean cosine similarity {between['mean_cosine']:.3f} < {fidelity.REFUSE_MEAN_COSINE_SPARSE} "
+        "(sparse data)"]
 
 
 def test_holdout_sizes():
