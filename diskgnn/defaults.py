@@ -118,6 +118,9 @@ MIN_PACK_MEMORY = _knob("MIN_PACK_MEMORY", 64 << 20, "size",
                         "the packer's buffers where the budget has no room for PACK_MEMORY (smaller writes)")
 MAX_PACK_MEMORY = _knob("MAX_PACK_MEMORY", 2 << 30, "size",
                         "the packer's buffers at most, where the budget leaves page cache unused")
+# The packer's plan: per packed row, its node id (int64, what the native packer reads) and its position
+# in its batch (int32). Not a knob: it is what pack.py holds.
+PACK_PLAN_BYTES_PER_ROW = 12
 PACK_BUDGET = _knob("PACK_BUDGET", 1 << 30, "size",
                     "the packer's buffers when pack_epoch is called without a memory budget")
 PACK_CHUNK_BYTES = _knob("PACK_CHUNK_BYTES", 64 << 20, "size",

@@ -58,10 +58,6 @@ class PackPlan:
     shared_slot: list[np.ndarray]  # per batch: their slots in that segment region
     segment_batches: int  # batches per segment; 0 = no segments
 
-    @property
-    def packed_rows(self) -> int:
-        return sum(ids.size for ids in self.regions)
-
 
 def _cold_rows(sample_file, placement: Placement, threads: int):
     """Per batch: its cold node ids, sorted, and their positions in the batch.
@@ -147,7 +143,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     packer (native/packer.h) reads them once, front to back, gathering with
     `threads` threads (default: the cores, at most defaults.PACK_MAX_THREADS).
     Memory: `memory_budget` (bytes, or a size such as "512MiB") for its
-    chunk and staging buffers, plus the plan (about 20 bytes per packed row).
+    chunk and staging buffers, plus the plan (defaults.PACK_PLAN_BYTES_PER_ROW per packed row).
     """
     from .. import _native
 
@@ -164,7 +160,13 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     sizes = np.array([ids.size for ids in p.regions], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum([padded(int(n) * row) for n in sizes])]).astype(np.int64)
     starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    ids = np.concatenate(p.regions).astype(np.int64, copy=False) if p.regions else np.empty(0, np.int64)
+    packed_rows = int(starts[-1])
+    # Filled region by region, each released once copied: the plan's ids are not held twice
+    # (defaults.PACK_PLAN_BYTES_PER_ROW counts what stays).
+    ids = np.empty(packed_rows, np.int64)
+    for r in range(len(p.regions)):
+        ids[starts[r]:starts[r + 1]] = p.regions[r]
+        p.regions[r] = None
     tmp = temp_path(out_path)
     start = time.perf_counter()
     try:
@@ -194,7 +196,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
         "offsets": offsets.tolist(), "rows": sizes.tolist(),
         "shared_rows": [int(a.size) for a in p.shared_pos], "segment_batches": p.segment_batches,
         "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index.tobytes()),
-        "packed_rows": p.packed_rows, "blowup": p.packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
+        "packed_rows": packed_rows, "blowup": packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
         "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
     }
     meta_tmp = write_index_tmp(out_path.with_name(out_path.name + ".json"), meta)

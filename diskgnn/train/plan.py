@@ -43,6 +43,20 @@ def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple
     return layers
 
 
+def disk_copies(cfg, train: int, val: int, test: int) -> float:
+    """How many epochs' samples and packs the workdir holds at once: the one training and (fresh epochs) the
+    next, being made meanwhile, plus the sampled evaluation's, in train epochs of seeds. Epochs and
+    evaluations cut to their first batches (--max-batches, --eval-max-batches) count only those."""
+    def cut(n: int, batches: int | None) -> int:
+        return n if batches is None else min(n, batches * cfg.batch_size)
+
+    copies = 1 if cfg.sampling == "replay" or cfg.epochs == 1 else 2
+    if cfg.eval == "sampled":
+        copies += (cut(val, cfg.eval_max_batches) + cut(test, cfg.eval_max_batches)) / max(1, cut(train,
+                                                                                                    cfg.max_batches))
+    return copies
+
+
 def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
                 pack_memory: int = defaults.PACK_MEMORY) -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget."""
@@ -54,7 +68,19 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
     activations = activation_bytes(cfg.model, layers, dims, cfg.heads)
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    return defaults.TRAIN_BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
+    return (defaults.TRAIN_BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
+            + pack_plan_bytes(ds, cfg, rows))
+
+
+def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
+    """The packer's plan while it packs an epoch beside training (offline sampling): at most every input
+    row of every batch of the epoch packed (W1 at fanouts 10,5 packs 0.48 of that bound with 10 % cached)."""
+    if cfg.sampling == "online":
+        return 0
+    batches = -(-int(ds.split("train").size) // cfg.batch_size)
+    if cfg.max_batches is not None:
+        batches = min(batches, cfg.max_batches)
+    return defaults.PACK_PLAN_BYTES_PER_ROW * rows * batches
 
 
 def resolve_device(cfg: TrainConfig) -> str:

@@ -35,7 +35,7 @@ from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from .checkpoints import EpochState
 from .config import TrainConfig, save
-from .plan import Plan, make_plan, resolve_device
+from .plan import Plan, disk_copies, make_plan, resolve_device
 
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -85,10 +85,7 @@ class Run:
                                     max_batches=cfg.max_batches, features=self.source,
                                     read_ahead=plan.topology_read_ahead)
         placement = self.epochs.plan_placement(list(plan.tiers.items()))
-        # Fresh epochs: the next epoch's files are made while this one trains.
-        copies = 1 if cfg.sampling == "replay" or cfg.epochs == 1 else 2
-        if cfg.eval == "sampled":
-            copies += (ds.split("val").size + ds.split("test").size) / max(1, self.train_ids.size)
+        copies = disk_copies(cfg, *(int(ds.split(s).size) for s in ("train", "val", "test")))
         plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.cold_bytes(), copies, self.workdir,
                            shutil.disk_usage(self.workdir).free)
         print(plan.placed_line(self.workdir))

@@ -149,3 +149,38 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     assert "9.8 KiB on disk at once" in placed.placed_line(tmp_path)
     with pytest.raises(DiskgnnError, match="needs ~9.8 KiB of disk"):
         plan.placed(placement, 1000, 3000, 2.5, tmp_path, disk_free=9000)
+
+
+def test_disk_copies_count_only_the_batches_a_run_makes(train_data, tmp_path):
+    """The disk check counts the epoch training and the next, plus the sampled evaluation: cut to
+    --max-batches and --eval-max-batches where given (W1's 6.4M test nodes evaluated on 20 batches once
+    counted as 8 more epochs and refused a run that fit)."""
+    from diskgnn.train.plan import disk_copies
+
+    cfg = config(train_data, tmp_path, epochs=3, batch_size=16)
+    assert disk_copies(cfg, 800, 400, 6400) == 2 + 6800 / 800
+    cut = config(train_data, tmp_path, epochs=3, batch_size=16, eval_max_batches=2)
+    assert disk_copies(cut, 800, 400, 6400) == 2 + 64 / 800
+    assert disk_copies(config(train_data, tmp_path, epochs=3, batch_size=16, eval_max_batches=2, max_batches=4),
+                       800, 10, 6400) == 2 + (10 + 32) / 64
+    assert disk_copies(config(train_data, tmp_path, epochs=1, eval="none"), 800, 400, 6400) == 1
+    assert disk_copies(config(train_data, tmp_path, epochs=3, sampling="replay", eval="none"), 800, 1, 1) == 1
+
+
+def test_the_working_set_holds_the_packers_plan_for_an_epoch(train_data, tmp_path):
+    """Offline sampling packs the next epoch beside training: the plan's ids and positions of up to every
+    input row of the epoch count (W1's whole epochs at a 2 GiB cap were OOM-killed without them)."""
+    from diskgnn.defaults import PACK_PLAN_BYTES_PER_ROW
+    from diskgnn.train.plan import pack_plan_bytes
+
+    ds = open_dataset(train_data)
+    source = feature_source(ds)
+    cfg = config(train_data, tmp_path)
+    rows = batch_layers(ds, cfg.batch_size, cfg.fanout_list)[0][0]
+    batches = -(-int(ds.split("train").size) // cfg.batch_size)
+    assert pack_plan_bytes(ds, cfg, rows) == PACK_PLAN_BYTES_PER_ROW * rows * batches
+    assert pack_plan_bytes(ds, config(train_data, tmp_path, max_batches=1), rows) == PACK_PLAN_BYTES_PER_ROW * rows
+    online = config(train_data, tmp_path, sampling="online")
+    assert pack_plan_bytes(ds, online, rows) == 0
+    assert working_set(ds, source, cfg, 2, 0) - working_set(ds, source, online, 2, 0) == \
+        PACK_PLAN_BYTES_PER_ROW * rows * batches
