@@ -114,10 +114,13 @@ asan: $(URING)
 	@$(MAKE) --no-print-directory test-native FLAVOUR=asan
 
 # The report (docs/benchmarks.md's generated section and docs/bench/*.png):
-# device limits, the epoch grid against PyG and a naive loop at 1, 2 and 4 GiB
-# caps, scaling (5 runs per scale); about 45 minutes on 2 cores. bench-deps installs fio and PyG
-# (its sampler's torch-sparse and torch-scatter are built from source once,
-# 12 to 40 minutes measured here, and cached); where that fails, the report says why.
+# device limits, the epoch grid (3 whole epochs per system, evaluated) against DGL/GraphBolt, PyG,
+# an installed MariusGNN or Ginex (DISKGNN_MARIUS, DISKGNN_GINEX; docs/peers.md) and a naive loop at
+# 1, 2 and 4 GiB caps, scaling (5 runs per scale); two to three hours on 2 cores, most of it the
+# peers' capped runs, each stopped after 10 minutes. bench-deps installs fio, PyG (its sampler's
+# torch-sparse and torch-scatter are built from source once, 12 to 40 minutes measured here, and
+# cached) and DGL 2.1.0 in a venv of its own under $DISKGNN_HOME/peers (about 5 GB, 2 minutes);
+# where one fails, its rows say why.
 bench: setup bench-deps
 	$(VPY) -m bench.suite
 
@@ -127,6 +130,7 @@ bench-deps: setup
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fio) >build/apt-fio.log 2>&1; } \
 	  || echo "bench: fio is not installed (see build/apt-fio.log): the report says so"
 	@$(VPY) -m bench.peers.pyg --install || echo "bench: PyG could not be installed: its rows will say why"
+	@$(VPY) -m bench.peers.dgl --install || echo "bench: DGL could not be installed: its rows will say why"
 
 bench-smoke: setup
 	$(VPY) -m pytest -q tests/bench/test_bench_smoke.py

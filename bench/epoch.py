@@ -151,6 +151,8 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "--no-progress"]
     if args.batches:
         argv += ["--max-batches", str(args.batches)]
+    if getattr(args, "max_blowup", None):
+        argv += ["--max-blowup", str(args.max_blowup)]
     gpu = GpuUtilisation() if device == "cuda" else None
     with gpu or contextlib.nullcontext():
         run = _capped(argv, cap, None)
@@ -274,6 +276,7 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
     """MariusGNN or Ginex from the user's own installation, on W1 exported for this cap; without one, a row
     saying how to point the bench at it."""
     from .peers import ginex, marius
+    from .peers.common import read_export_info
 
     peer = {"marius": marius, "ginex": ginex}[name]
     ok, why = peer.installed()
@@ -286,6 +289,7 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
     export_s = time.perf_counter() - t0
     drop_caches()
     row = peer.run(out, timeout=timeout)
+    plan = read_export_info(out)["options"].get("buffer_plan", {})
     shutil.rmtree(out, ignore_errors=True)  # a full copy of the features: gigabytes on W1
     if row["status"] != "ok" or not row.get("epoch_times_s"):
         return {"error": f"{name}: {row['status']}: {row.get('why', '')}", "row": row}
@@ -294,7 +298,8 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
     return {"epoch_s": sum(times) / len(times), "epochs_done": len(times), "train_s_per_epoch": times,
             "per_batch_s": sum(times) / (batches * len(times)), "batches": batches * len(times),
             "cap_bytes": row["cap_bytes"], "cgroup_peak_bytes": row["cgroup_peak_bytes"],
-            "conversion_s": {"export_s": export_s}, "row": row}
+            "conversion_s": {"export_s": export_s}, "row": row,
+            **({"neighbour_share": plan["neighbour_share"]} if "neighbour_share" in plan else {})}
 
 
 def diskgnn_backend(result: dict) -> str | None:
@@ -342,6 +347,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--loop-timeout", type=float, default=300.0,
                     help="seconds before a DGL, PyG or naive run is stopped (its rate from the batches done); "
                          "uncapped in-memory runs get twice this")
+    ap.add_argument("--max-blowup", type=float, help="diskgnn's runs: --max-blowup (packed rows / nodes; default none)")
     ap.add_argument("--systems", help="comma-separated: run only these rows (the others say so); default all")
     ap.add_argument("--no-cap", action="store_true", help="run the 'capped' systems uncapped (no cgroup here)")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "epoch-work"))

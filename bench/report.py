@@ -176,6 +176,8 @@ def peer_table(epoch: dict) -> str:
             lines.append(f"| {SHORT[name]} | {cap} | {cell(r)} | | | | | | |")
             continue
         whole = "" if not r.get("extrapolated") else f" (rate from {r['batches_done']:,} of {r['batches']:,} batches)"
+        if "neighbour_share" in r:
+            whole += f"; sampled among the buffered partitions: about {r['neighbour_share']:.0%} of the neighbours"
         acc = f"{100 * r['test_acc']:.2f} %" if r.get("test_acc") is not None else "—"
         per_epoch = r["disk_bytes_read"] / max(1, r.get("epochs_done") or 1) if "disk_bytes_read" in r else None
         disk = format_size(int(per_epoch)) if per_epoch is not None else "—"

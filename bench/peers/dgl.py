@@ -30,7 +30,7 @@ from diskgnn.data.files import StagedDirectory
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError, run_cli
 
-from .common import EXPORT_INFO, csc_edges, read_export_info, row_chunks, write_array, write_export_info, write_text
+from .common import EXPORT_INFO, csc_edges, read_export_info, row_chunks, write_export_info, write_text
 
 DGL_VERSION = "2.1.0"
 # DGL 2.1.0's graphbolt ships libraries for torch 2.0.0-2.2.1 and needs torchdata <= 0.9; numpy 2 breaks
@@ -113,7 +113,7 @@ def _write_npy(path: Path, chunks, dtype, shape: tuple) -> None:
             f.write(np.ascontiguousarray(chunk, dtype=dtype).data)
 
 
-def metadata(ds, eval_nodes: int) -> dict:
+def metadata(ds) -> dict:
     """GraphBolt's OnDiskDataset metadata for the files export() writes (DGL 2.1 names the ids seed_nodes)."""
     def items(split):
         return [{"data": [{"name": "seed_nodes", "format": "numpy", "path": f"{split}_nodes.npy"},
@@ -137,9 +137,27 @@ def export_dir(ds, eval_nodes: int) -> Path:
     return defaults.home() / "peers" / "dgl-data" / f"{ds.manifest['manifest_checksum'][:16]}-eval{eval_nodes}"
 
 
+def write_layout(ds, directory: Path, eval_nodes: int, budget: int = EXPORT_BUDGET) -> None:
+    """GraphBolt's input files for `ds` in `directory`, streamed within `budget` bytes of chunks."""
+    # (2, E) as GraphBolt's numpy edges: row 0 sources, row 1 destinations (u -> v: v aggregates u), written
+    # as two passes over the edges.
+    path = directory / "edges.npy"
+    chunk = max(1, budget // 32)
+    _write_npy(path, (s for s, _ in csc_edges(ds, chunk)), "<i8", (2, ds.num_edges))
+    with open(path, "ab") as f:
+        for _, d in csc_edges(ds, chunk):
+            f.write(np.ascontiguousarray(d, dtype="<i8").data)
+    _write_npy(directory / "feat.npy", row_chunks(ds.features, budget, 4), "<f4", (ds.num_nodes, ds.feature_dim))
+    for split in ("train", "val", "test"):
+        ids = np.asarray(ds.split(split), dtype=np.int64) if split == "train" else eval_seeds(ds, split, eval_nodes)
+        np.save(directory / f"{split}_nodes.npy", ids)
+        np.save(directory / f"{split}_labels.npy", np.asarray(ds.labels[ids], dtype=np.int64))
+    write_text(directory / "metadata.yaml", yaml.safe_dump(metadata(ds), sort_keys=False))
+
+
 def export(data, *, eval_nodes: int, out=None, budget: int = EXPORT_BUDGET) -> dict:
     """The dataset in GraphBolt's layout, preprocessed by GraphBolt, under export_dir (reused when there).
-    Returns its path and the seconds diskgnn's export and GraphBolt's preprocessing took now (0: reused)."""
+    Returns its path and the seconds diskgnn's export and GraphBolt's preprocessing took when it was made."""
     ds = open_dataset(data)
     final = Path(out) if out else export_dir(ds, eval_nodes)
     if (final / EXPORT_INFO).exists():
@@ -150,21 +168,7 @@ def export(data, *, eval_nodes: int, out=None, budget: int = EXPORT_BUDGET) -> d
     final.parent.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with StagedDirectory(final, overwrite=True) as st:
-        # (2, E) as GraphBolt's numpy edges: row 0 sources, row 1 destinations (u -> v: v aggregates u).
-        # Written as two passes over the edges, each within the budget.
-        e = ds.num_edges
-        path = st.path("edges.npy")
-        _write_npy(path, (s for s, _ in csc_edges(ds, max(1, budget // 32))), "<i8", (2, e))
-        with open(path, "ab") as f:
-            for _, d in csc_edges(ds, max(1, budget // 32)):
-                f.write(np.ascontiguousarray(d, dtype="<i8").data)
-        _write_npy(st.path("feat.npy"), row_chunks(ds.features, budget, 4), "<f4", (ds.num_nodes, ds.feature_dim))
-        for split in ("train", "val", "test"):
-            ids = np.asarray(ds.split(split), dtype=np.int64) if split == "train" else eval_seeds(ds, split,
-                                                                                                  eval_nodes)
-            np.save(st.path(f"{split}_nodes.npy"), ids)
-            np.save(st.path(f"{split}_labels.npy"), np.asarray(ds.labels[ids], dtype=np.int64))
-        write_text(st.path("metadata.yaml"), yaml.safe_dump(metadata(ds, eval_nodes), sort_keys=False))
+        write_layout(ds, st.tmp, eval_nodes, budget)
         export_s = time.perf_counter() - start
         # GraphBolt's conversion: the CSC sampling graph and copies of every file under preprocessed/.
         t0 = time.perf_counter()

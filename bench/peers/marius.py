@@ -89,9 +89,11 @@ def buffer_plan(num_nodes: int, feature_dim: int, cap_bytes: int, feature_share:
         if capacity >= 2:
             break
         partitions += max(1, partitions // 16)  # ceil() rounding left too little room: smaller partitions
+    # MariusGNN samples a node's neighbours among the buffered partitions only: with neighbours spread
+    # evenly over the partitions, it sees this share of them (diskgnn and the other peers see all).
     return {"num_partitions": partitions, "buffer_capacity": capacity, "partition_rows": rows,
             "partition_bytes": rows * row_bytes, "resident_bytes": (capacity + 1) * rows * row_bytes,
-            "feature_budget_bytes": budget}
+            "feature_budget_bytes": budget, "neighbour_share": capacity / partitions}
 
 
 def _write_edges(ds, path: Path, partitions: int, partition_rows: int, dtype: np.dtype, budget: int) -> np.ndarray:

@@ -128,6 +128,9 @@ def test_buffer_plan_fits_the_cap_at_scale():
     assert plan["partition_rows"] * plan["num_partitions"] >= 8_000_000
     small = marius.buffer_plan(1000, 16, 2 << 30)  # fits easily: MariusGNN's 16 partitions, all but one buffered
     assert (small["num_partitions"], small["buffer_capacity"]) == (16, 15)
+    # the share of a node's neighbours MariusGNN can sample: those in buffered partitions
+    assert small["neighbour_share"] == 15 / 16
+    assert plan["neighbour_share"] == plan["buffer_capacity"] / plan["num_partitions"] < 0.5
     with pytest.raises(DiskgnnError, match="less than 3 partitions"):
         marius.buffer_plan(1000, 128, 2000)
 
