@@ -22,7 +22,7 @@ from ...units import format_size
 from ..files import CHECKSUM_ALGO, ArrayFileWriter, temp_path
 from ..format import MANIFEST, Dataset
 from . import fidelity
-from .base import Quantizer
+from .base import DataShape, Quantizer
 from .quantizers import from_state, make_quantizer
 from .spec import canonical_spec, spec_slug
 

@@ -117,3 +117,21 @@ def test_write_quantized_refuses_before_encoding(sparse_ds):
     with pytest.raises(DiskgnnError, match="refused"):
         quantize_dataset(sparse_ds, ["vq:w=40,L=2"])
     assert not list(sparse_ds.glob("*vq*")) and not list(sparse_ds.glob(".*tmp*"))
+
+
+def test_sparse_sq1_is_refused_by_the_sparse_threshold(tmp_path):
+    """sq1 on row-normalised sparse rows keeps which values are non-zero but not their sizes: a cosine dense
+    data would pass with, refused here (it lost 2.7 points on Coauthor CS summing to 1), naming sq2 or better.
+    80 % zeros, sizes uniform in [0.05, 1]: one size for all keeps a cosine of about 0.87."""
+    rng = np.random.default_rng(2)
+    x = np.where(rng.random((400, 40)) < 0.2, rng.uniform(0.05, 1, (400, 40)), 0.0)
+    x[np.arange(400), rng.integers(0, 40, 400)] = 0.5
+    g = random_graph(n=400, d=40)
+    g["feat"] = (x / x.sum(axis=1, keepdims=True)).astype(np.float32)
+    ds = prepare(write_npy_dir(tmp_path / "src", g), tmp_path / "ds", progress=False)
+    proc = run_module("diskgnn.quantize", ds, "--spec", "sq1")
+    line = proc.stderr.strip()
+    assert proc.returncode == 1 and "(sparse data)" in line, line
+    cosine = float(line.split("mean cosine similarity ")[1].split(" <")[0])
+    assert fidelity.REFUSE_MEAN_COSINE <= cosine < fidelity.REFUSE_MEAN_COSINE_SPARSE
+    assert line.split("use ")[1].split(" instead")[0] in fidelity.SUGGEST_SPECS
