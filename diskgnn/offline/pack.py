@@ -58,6 +58,10 @@ class PackPlan:
     shared_slot: list[np.ndarray]  # per batch: their slots in that segment region
     segment_batches: int  # batches per segment; 0 = no segments
 
+    @property
+    def packed_rows(self) -> int:
+        return sum(ids.size for ids in self.regions)
+
 
 def _cold_rows(sample_file, placement: Placement, threads: int):
     """Per batch: its cold node ids, sorted, and their positions in the batch.

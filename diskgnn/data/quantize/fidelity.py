@@ -13,8 +13,9 @@ import numpy as np
 # BiFeat's dense signed sq1 keeps sqrt(2/pi) = 0.80 of a Gaussian row's direction, less with heavier tails,
 # and trains within a point of fp32 (docs/accuracy.md); the sparse collapse this guards against leaves about
 # none. Sparse rows carry their signal in the magnitudes of few non-zeros: sq1 there keeps which values are
-# non-zero but flattens their sizes, a mean cosine of 0.85 that lost 2.7 points on Coauthor CS rows summing to 1
-# (docs/accuracy.md), so sparse data is held to more.
+# non-zero but flattens their sizes, a mean cosine of 0.85 that lost 2.8 points on Coauthor CS rows summing to 1
+# (docs/accuracy.md), so sparse data is held to more (which also refuses sq1 on Coauthor CS's raw counts, where
+# it did no harm: a refusal costs a --force, a silent loss costs the model).
 REFUSE_MEAN_COSINE = 0.7         # rows' mean cosine similarity with their decoded rows, dense data
 REFUSE_MEAN_COSINE_SPARSE = 0.9  # the same, data whose fit sample is sparse (DataShape.of(...).zero)
 REFUSE_NONZEROS_LOST = 0.5  # share of non-zero values decoded to 0
