@@ -116,7 +116,7 @@ asan: $(URING)
 # The report (docs/benchmarks.md's generated section and docs/bench/*.png):
 # device limits, the epoch grid (3 whole epochs per system, evaluated) against DGL/GraphBolt, PyG,
 # an installed MariusGNN or Ginex (DISKGNN_MARIUS, DISKGNN_GINEX; docs/peers.md) and a naive loop at
-# 1, 2 and 4 GiB caps, scaling (5 runs per scale); two to three hours on 2 cores, most of it the
+# 1, 2 and 4 GiB caps, scaling (5 runs per scale); two to three hours on 2 cores by estimate, most of it the
 # peers' capped runs, each stopped after 10 minutes. bench-deps installs fio, PyG (its sampler's
 # torch-sparse and torch-scatter are built from source once, 12 to 40 minutes measured here, and
 # cached) and DGL 2.1.0 in a venv of its own under $DISKGNN_HOME/peers (about 5 GB, 2 minutes);
