@@ -85,6 +85,8 @@ def add_training_args(ap: argparse.ArgumentParser, batches: int | None = 200, ha
                         help="after each epoch, val accuracy on the val split's first N batches of nodes, then the "
                              "best epoch's test accuracy on the test split's first N (every system the same "
                              "nodes; 0: none)")
+        ap.add_argument("--max-blowup", type=float, help="diskgnn's runs: --max-blowup (packed rows / nodes; "
+                        "default none)")
         ap.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
 
 
@@ -151,7 +153,7 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "--no-progress"]
     if args.batches:
         argv += ["--max-batches", str(args.batches)]
-    if getattr(args, "max_blowup", None):
+    if args.max_blowup:
         argv += ["--max-blowup", str(args.max_blowup)]
     gpu = GpuUtilisation() if device == "cuda" else None
     with gpu or contextlib.nullcontext():
@@ -347,7 +349,6 @@ def main(argv=None) -> dict:
     ap.add_argument("--loop-timeout", type=float, default=300.0,
                     help="seconds before a DGL, PyG or naive run is stopped (its rate from the batches done); "
                          "uncapped in-memory runs get twice this")
-    ap.add_argument("--max-blowup", type=float, help="diskgnn's runs: --max-blowup (packed rows / nodes; default none)")
     ap.add_argument("--systems", help="comma-separated: run only these rows (the others say so); default all")
     ap.add_argument("--no-cap", action="store_true", help="run the 'capped' systems uncapped (no cgroup here)")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "epoch-work"))
