@@ -221,8 +221,10 @@ def loop(name: str, argv: list[str], progress: Path, data: Path, args, cap: int 
     return out
 
 
-def training_options(args, epochs: int) -> list[str]:
-    return ["--batches", str(args.batches), "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
+def training_options(args, epochs: int, batches: int | None = None) -> list[str]:
+    """The workload options of a loop run (batches: default --batches)."""
+    batches = args.batches if batches is None else batches
+    return ["--batches", str(batches), "--fanouts", args.fanouts, "--batch-size", str(args.batch_size),
             "--hidden", str(args.hidden), "--lr", str(LR), "--epochs", str(epochs)]
 
 
@@ -231,8 +233,7 @@ def naive(name: str, madvise: str, data: Path, work: Path, args, cap: int | None
     rate, extrapolated to the epoch, not an accuracy."""
     progress = work / f"{name}.jsonl"
     argv = [sys.executable, "-m", "bench.naive", "--data", str(data), "--madvise", madvise,
-            "--progress", str(progress), "--batches", str(args.batches or NAIVE_BATCHES), "--fanouts", args.fanouts,
-            "--batch-size", str(args.batch_size), "--hidden", str(args.hidden), "--lr", str(LR)]
+            "--progress", str(progress), *training_options(args, 1, args.batches or NAIVE_BATCHES)]
     return loop(name, argv, progress, data, args, cap, **kw)
 
 
