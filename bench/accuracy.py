@@ -50,7 +50,7 @@ from diskgnn.data.features import RAW_FEATURES, feature_source
 from diskgnn.data.format import open_dataset, read_manifest
 from diskgnn.data.prepare import prepare
 from diskgnn.data.quantize import fidelity
-from diskgnn.data.quantize.base import SPARSE_ZERO_SHARE
+from diskgnn.data.quantize.base import DataShape
 from diskgnn.data.quantize.cli import quantize_dataset
 from diskgnn.data.quantize.spec import canonical_spec, parse_spec, spec_slug
 from diskgnn.errors import DiskgnnError
@@ -393,7 +393,7 @@ def quantized_aggregate(runs: list[dict], variants: dict[str, dict], datasets: d
                    # Against the thresholds in force, from the report's measures (runs saved before a threshold
                    # changed are judged as a fit would be now).
                    "refused": bool(fit and "report" in fit and fidelity.problems(
-                       fit["report"], fit["data"]["zero_share"] >= SPARSE_ZERO_SHARE)),
+                       fit["report"], DataShape.sparse(fit["data"]["zero_share"]))),
                    "fidelity": fit.get("report") if fit else None,
                    "delta": None, "delta_se": None}
             seeds = sorted(set(acc) & set(base))

@@ -35,7 +35,12 @@ class DataShape(NamedTuple):
     @classmethod
     def of(cls, sample: np.ndarray) -> "DataShape":
         zeros = float(np.count_nonzero(sample == 0)) / max(1, sample.size)
-        return cls(bool((sample < 0).any()), zeros >= SPARSE_ZERO_SHARE)
+        return cls(bool((sample < 0).any()), cls.sparse(zeros))
+
+    @staticmethod
+    def sparse(zero_share: float) -> bool:
+        """Whether data with this share of zeros is sparse: its zeros get a code of their own."""
+        return zero_share >= SPARSE_ZERO_SHARE
 
     def array(self) -> np.ndarray:
         return np.array([self.signed, self.zero], dtype=np.float64)

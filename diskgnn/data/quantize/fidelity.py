@@ -77,7 +77,7 @@ def report(q, rows: np.ndarray, chunk_rows: int, on: str = "held-back") -> dict:
 
 
 def problems(r: dict, sparse: bool) -> list[str]:
-    """Why a report refuses its fit (empty: it passes); `sparse`: the fit found the data sparse."""
+    """Why a report refuses its fit (empty: it passes); `sparse`: the fit sample is sparse (DataShape.sparse)."""
     out = []
     least = REFUSE_MEAN_COSINE_SPARSE if sparse else REFUSE_MEAN_COSINE
     if r["mean_cosine"] < least:
