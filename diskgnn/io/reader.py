@@ -61,12 +61,17 @@ class ReadHandle:
         return self._result
 
     def __del__(self):
-        # Waits without holding the GIL (unlike the native ticket's own destructor).
-        if self._ticket is not None:
+        # Waits without holding the GIL (unlike the native ticket's own destructor). A Ctrl-C that lands here
+        # would print "Exception ignored" with a traceback and be dropped: the handler has already recorded it
+        # (raise_if_interrupted raises it again), so the wait goes on until the read is done.
+        while self._ticket is not None:
             try:
                 self._ticket.wait()
+                return
+            except KeyboardInterrupt:
+                continue
             except Exception:
-                pass
+                return
 
 
 class FileReader:

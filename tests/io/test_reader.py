@@ -293,3 +293,22 @@ def test_open_features_gathers_tensors(dataset, backend):
             f.gather([1], out=out)
         with pytest.raises(IndexError, match="row id 333 "):
             f.gather([333])
+
+
+def test_a_ctrl_c_inside_a_dropped_handles_wait_still_waits_and_prints_nothing(capsys):
+    """A KeyboardInterrupt landing in ReadHandle.__del__ (the CLI's handler has recorded it already) would be
+    printed as "Exception ignored" with a traceback; the handle waits on until the read is done instead."""
+    from diskgnn.io.reader import ReadHandle
+
+    class Ticket:
+        calls = 0
+
+        def wait(self):
+            Ticket.calls += 1
+            if Ticket.calls == 1:
+                raise KeyboardInterrupt
+
+    handle = ReadHandle(Ticket(), None)
+    del handle
+    assert Ticket.calls == 2
+    assert "Exception ignored" not in capsys.readouterr().err
