@@ -121,6 +121,10 @@ MAX_PACK_MEMORY = _knob("MAX_PACK_MEMORY", 2 << 30, "size",
 # The packer's plan: per packed row, its node id (int64, what the native packer reads) and its position
 # in its batch (int32). Not a knob: it is what pack.py holds.
 PACK_PLAN_BYTES_PER_ROW = 12
+# The disk check's headroom over `copies` x epoch 0's samples and packs: later epochs' packs differ from
+# epoch 0's (+0.4 % on W1), and checkpoints and logs share the workdir. A W1 run whose plan needed
+# 29.2 GiB of 29.6 free ran out of space writing its checkpoint.
+DISK_HEADROOM = 1.05
 PACK_BUDGET = _knob("PACK_BUDGET", 1 << 30, "size",
                     "the packer's buffers when pack_epoch is called without a memory budget")
 PACK_CHUNK_BYTES = _knob("PACK_CHUNK_BYTES", 64 << 20, "size",

@@ -50,38 +50,70 @@ PACKS_VERSION = 2  # 2: the index names the feature rows packed (features, featu
 
 @dataclass
 class PackPlan:
-    """Regions to write (sorted node ids each) and where each batch's rows come from."""
+    """Regions to write (sorted node ids each) and where each batch's rows come from.
 
-    regions: list[np.ndarray]  # batch regions first, then segment regions
-    own_pos: list[np.ndarray]  # per batch: positions in the batch of its own region's rows
-    shared_pos: list[np.ndarray]  # per batch: positions of rows held by its segment region
-    shared_slot: list[np.ndarray]  # per batch: their slots in that segment region
+    Held flat, in as few arrays as the packs have files: an epoch plans tens
+    of millions of rows, and one small array per batch left the freed plan
+    scattered through the heap, where it stayed resident beside training.
+    """
+
+    ids: np.ndarray  # every region's node ids, batch regions first, then segment regions
+    starts: np.ndarray  # region r is ids[starts[r]:starts[r + 1]]; batch b's own region is region b
+    index: np.ndarray  # the .pos file: per batch, own positions, shared positions, their slots (int32)
+    shared_rows: np.ndarray  # per batch: rows it takes from its segment region
     segment_batches: int  # batches per segment; 0 = no segments
 
     @property
+    def regions(self) -> list[np.ndarray]:
+        return [self.ids[a:b] for a, b in zip(self.starts[:-1].tolist(), self.starts[1:].tolist())]
+
+    @property
     def packed_rows(self) -> int:
-        return sum(ids.size for ids in self.regions)
+        return int(self.starts[-1])
+
+    @property
+    def positions(self) -> tuple[list, list, list]:
+        """Per batch: own positions, shared positions, their slots (views of the index)."""
+        return split_index(self.index, np.diff(self.starts)[: self.shared_rows.size], self.shared_rows)
+
+
+def split_index(index: np.ndarray, own_rows, shared_rows) -> tuple[list, list, list]:
+    """Per batch, views of a .pos index: own positions, shared positions, their slots."""
+    sizes = np.stack([np.asarray(own_rows, np.int64), shared_rows, shared_rows], 1).ravel()
+    parts = np.split(index, np.cumsum(sizes)[:-1]) if len(sizes) else []
+    return parts[0::3], parts[1::3], parts[2::3]
 
 
 def _cold_rows(sample_file, placement: Placement, threads: int):
-    """Per batch: its cold node ids, sorted, and their positions in the batch.
+    """Every batch's cold node ids, each batch's sorted, and their positions in their batch, flat, with
+    the batches' bounds.
 
-    In `threads` threads: numpy's lookups and sorts release the GIL, and the
-    plan was one core's work while the other idled (0.2-0.3 s per million
-    nodes on W1, rising from 2M to 16M nodes as the tier table outgrows the
-    caches).
+    Counted first, then written into arrays of that size, so nothing is
+    concatenated or held per batch. In `threads` threads: numpy's lookups and
+    sorts release the GIL, and the plan was one core's work while the other
+    idled (0.2-0.3 s per million nodes on W1, rising from 2M to 16M nodes as
+    the tier table outgrows the caches).
     """
     placement.tier(np.empty(0, np.int64))  # builds the lookup table once, before the threads share it
+    n = len(sample_file)
 
-    def cold(b: int) -> tuple[np.ndarray, np.ndarray]:
-        nodes = sample_file[b].nodes
-        p = np.flatnonzero(placement.tier(nodes) < 0)
-        p = p[np.argsort(nodes[p])]
-        return nodes[p], p.astype(np.int32)
+    def count(b: int) -> int:
+        return int(np.count_nonzero(placement.tier(sample_file[b].nodes) < 0))
 
     with ThreadPoolExecutor(max(1, threads)) as pool:
-        rows = list(pool.map(cold, range(len(sample_file))))
-    return [ids for ids, _ in rows], [pos for _, pos in rows]
+        starts = np.zeros(n + 1, np.int64)
+        np.cumsum(list(pool.map(count, range(n))), out=starts[1:])
+        ids, pos = np.empty(starts[-1], np.int64), np.empty(starts[-1], np.int32)
+
+        def fill(b: int) -> None:
+            nodes = sample_file[b].nodes
+            p = np.flatnonzero(placement.tier(nodes) < 0)
+            p = p[np.argsort(nodes[p])]
+            ids[starts[b]:starts[b + 1]] = nodes[p]
+            pos[starts[b]:starts[b + 1]] = p
+
+        list(pool.map(fill, range(n)))
+    return ids, pos, starts
 
 
 def _union(sorted_ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -102,36 +134,43 @@ def _segment_rows(cold_ids, size: int) -> int:
     return sum(_union(cold_ids[s: s + size])[0].size for s in range(0, len(cold_ids), size))
 
 
+def _bounds(sizes) -> np.ndarray:
+    starts = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    return starts
+
+
 def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | None = None,
          threads: int = 1) -> PackPlan:
-    cold_ids, cold_pos = _cold_rows(sample_file, placement, threads)
-    empty = [np.empty(0, np.int32) for _ in cold_ids]
-    total = sum(ids.size for ids in cold_ids)
-    if max_blowup is None or total <= max_blowup * num_nodes or not cold_ids:
-        return PackPlan(cold_ids, cold_pos, empty, list(empty), 0)
+    ids, pos, starts = _cold_rows(sample_file, placement, threads)
+    nb = len(starts) - 1
+    if max_blowup is None or ids.size <= max_blowup * num_nodes or not nb:
+        return PackPlan(ids, starts, pos, np.zeros(nb, np.int64), 0)
+    cold_ids = [ids[a:b] for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())]
+    cold_pos = [pos[a:b] for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())]
     size = 2
     while _segment_rows(cold_ids, size) > max_blowup * num_nodes:
-        if size >= len(cold_ids):
-            least = _segment_rows(cold_ids, len(cold_ids)) / num_nodes
+        if size >= nb:
+            least = _segment_rows(cold_ids, nb) / num_nodes
             raise UsageError(f"--max-blowup {max_blowup:g} cannot be met: even one segment of all "
-                               f"{len(cold_ids)} batches stores {least:.2f} x num_nodes rows (raise the cap "
+                               f"{nb} batches stores {least:.2f} x num_nodes rows (raise the cap "
                                f"or the cache budgets)")
-        size = min(2 * size, len(cold_ids))
-    own_ids, own_pos, shared_pos, shared_slot, segments = [], [], [], [], []
-    for s in range(0, len(cold_ids), size):
-        members = range(s, min(s + size, len(cold_ids)))
-        ids, counts = _union([cold_ids[b] for b in members])
-        shared = ids[counts > 1]
+        size = min(2 * size, nb)
+    own_ids, index, segments = [], [], []
+    for s in range(0, nb, size):
+        members = range(s, min(s + size, nb))
+        union, counts = _union([cold_ids[b] for b in members])
+        shared = union[counts > 1]
         segments.append(shared)
         for b in members:
             slot = np.searchsorted(shared, cold_ids[b])
             in_shared = (slot < shared.size) & (shared[np.minimum(slot, shared.size - 1)] == cold_ids[b]) \
                 if shared.size else np.zeros(cold_ids[b].size, bool)
             own_ids.append(cold_ids[b][~in_shared])
-            own_pos.append(cold_pos[b][~in_shared])
-            shared_pos.append(cold_pos[b][in_shared])
-            shared_slot.append(slot[in_shared].astype(np.int32))
-    return PackPlan(own_ids + segments, own_pos, shared_pos, shared_slot, size)
+            index += [cold_pos[b][~in_shared], cold_pos[b][in_shared], slot[in_shared].astype(np.int32)]
+    regions = own_ids + segments
+    return PackPlan(np.concatenate(regions), _bounds([r.size for r in regions]), np.concatenate(index),
+                    np.array([index[i].size for i in range(1, len(index), 3)], np.int64), size)
 
 
 def _default_threads() -> int:
@@ -161,21 +200,14 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     start = time.perf_counter()
     p = plan(sample_file, placement, dataset.num_nodes, max_blowup, threads)
     plan_s = time.perf_counter() - start
-    sizes = np.array([ids.size for ids in p.regions], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum([padded(int(n) * row) for n in sizes])]).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    packed_rows = int(starts[-1])
-    # Filled region by region, each released once copied: the plan's ids are not held twice
-    # (defaults.PACK_PLAN_BYTES_PER_ROW counts what stays).
-    ids = np.empty(packed_rows, np.int64)
-    for r in range(len(p.regions)):
-        ids[starts[r]:starts[r + 1]] = p.regions[r]
-        p.regions[r] = None
+    sizes = np.diff(p.starts)
+    offsets = _bounds([padded(int(n) * row) for n in sizes])
+    packed_rows, nb = p.packed_rows, p.shared_rows.size
     tmp = temp_path(out_path)
     start = time.perf_counter()
     try:
         stats = guard_io(out_path, lambda: _native.pack_regions(
-            str(source.path), source.num_rows, row, ids, starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
+            str(source.path), source.num_rows, row, p.ids, p.starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
             memory_budget=budget, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
             write_depth=defaults.PACK_WRITE_DEPTH, direct="auto"))
     except _native.MemoryBudgetError as e:
@@ -184,12 +216,10 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    del ids
+    p.ids = None  # the largest part of the plan, no longer needed
     stats.update(plan_s=plan_s, write_s=time.perf_counter() - start)
     checksums = [f"{c:016x}" for c in stats.pop("checksums")]
-    nb = len(p.own_pos)
-    index = np.concatenate([a for b in range(nb) for a in (p.own_pos[b], p.shared_pos[b], p.shared_slot[b])]
-                           or [np.empty(0, np.int32)]).astype("<i4")
+    index = p.index.astype("<i4", copy=False)
     pos_path = out_path.with_name(out_path.name + ".pos")
     pos_tmp = temp_path(pos_path)
     guard_io(pos_path, lambda: index.tofile(pos_tmp))
@@ -198,11 +228,12 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
         "samples": sample_file.meta["manifest_checksum"], "features": source.name,
         "features_checksum": source.checksum, "row_bytes": row, "num_batches": nb,
         "offsets": offsets.tolist(), "rows": sizes.tolist(),
-        "shared_rows": [int(a.size) for a in p.shared_pos], "segment_batches": p.segment_batches,
-        "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index.tobytes()),
+        "shared_rows": p.shared_rows.tolist(), "segment_batches": p.segment_batches,
+        "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index),
         "packed_rows": packed_rows, "blowup": packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
         "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
     }
+    del p, index
     meta_tmp = write_index_tmp(out_path.with_name(out_path.name + ".json"), meta)
     os.replace(tmp, out_path)
     os.replace(pos_tmp, pos_path)
@@ -224,14 +255,18 @@ class PackFile:
         if size != self.offsets[-1]:
             raise DiskgnnError(f"{self.path}: {size} bytes, the index says {int(self.offsets[-1])}")
         pos_path = self.path.with_name(self.path.name + ".pos")
-        index = np.fromfile(pos_path, dtype="<i4") if pos_path.exists() else None
-        if index is None or xxhash.xxh3_64_hexdigest(index.tobytes()) != self.meta["index_checksum"]:
+        # Mapped, not read: tens of millions of positions an epoch, paged in batch by batch as training
+        # reaches them, and reclaimable page cache rather than the run's own memory.
+        try:
+            index = np.memmap(pos_path, dtype="<i4", mode="r") if pos_path.stat().st_size else np.zeros(0, "<i4")
+        except (FileNotFoundError, ValueError):
+            index = None
+        if index is None or xxhash.xxh3_64_hexdigest(index) != self.meta["index_checksum"]:
             raise DiskgnnError(f"{pos_path}: missing or fails its checksum")
         self.rows = np.asarray(self.meta["rows"], dtype=np.int64)
         nb = self.meta["num_batches"]
-        sizes = np.stack([self.rows[:nb], self.meta["shared_rows"], self.meta["shared_rows"]], 1).ravel()
-        parts = np.split(index, np.cumsum(sizes)[:-1]) if nb else []
-        self.own_pos, self.shared_pos, self.shared_slot = parts[0::3], parts[1::3], parts[2::3]
+        self.own_pos, self.shared_pos, self.shared_slot = split_index(index, self.rows[:nb],
+                                                                      self.meta["shared_rows"])
 
     @property
     def row_bytes(self) -> int:

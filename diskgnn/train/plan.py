@@ -142,8 +142,8 @@ class Plan:
     def placed(self, placement, samples_bytes: int, packs_bytes: int, copies: float, workdir, disk_free: int
                ) -> "Plan":
         """The plan with epoch 0's placement: expected hit rates, and the disk `copies` epochs' samples and
-        packs take at once (refused with one line where the workdir's file system lacks it)."""
-        disk = int(copies * (packs_bytes + samples_bytes))
+        packs take at once, with headroom (refused with one line where the workdir's file system lacks it)."""
+        disk = int(copies * (packs_bytes + samples_bytes) * defaults.DISK_HEADROOM)
         if disk > disk_free:
             raise DiskgnnError(f"{workdir}: needs ~{format_size(disk)} of disk for samples and packs, "
                                f"{format_size(disk_free)} free (use --workdir elsewhere, raise the "

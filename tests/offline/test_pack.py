@@ -64,11 +64,13 @@ def test_plan_holds_each_batchs_uncached_rows_sorted_with_their_positions(epoch,
     placement = place(counts, ds.row_bytes, [("host", int(0.2 * ds.num_nodes * ds.row_bytes))])
     cached = set(placement.tier_ids[0].tolist())
     p = plan(sf, placement, ds.num_nodes, threads=threads)
-    assert len(p.regions) == len(p.own_pos) == len(sf) and 0 < len(cached) < ds.num_nodes
+    own_pos, shared_pos, _ = p.positions
+    assert len(p.regions) == len(own_pos) == len(sf) and 0 < len(cached) < ds.num_nodes
+    assert p.segment_batches == 0 and all(s.size == 0 for s in shared_pos)
     for b, batch in enumerate(sf):
         want = sorted((int(v), i) for i, v in enumerate(batch.nodes) if int(v) not in cached)
         assert p.regions[b].tolist() == [v for v, _ in want]
-        assert p.own_pos[b].tolist() == [i for _, i in want] and p.own_pos[b].dtype == np.int32
+        assert own_pos[b].tolist() == [i for _, i in want] and own_pos[b].dtype == np.int32
 
 
 @pytest.mark.parametrize("cache_fraction,max_blowup", [(0.0, None), (0.2, None), (0.0, 1.5), (0.2, 1.0), (2.0, None)])
@@ -155,6 +157,26 @@ def test_one_batch_and_memory_budget_as_text(epoch):
     packs = pack_epoch(ds, sf, placement, tmp / "one.packs", memory_budget="16MiB", threads=1)
     check_regions(ds, packs, plan(sf, placement, ds.num_nodes).regions)
     assert packs.packing["buffer_bytes"] <= 16 << 20
+
+
+@pytest.mark.parametrize("max_blowup", [None, 1.0])
+def test_plan_and_packs_hold_their_rows_in_flat_arrays_and_the_index_mapped(tmp_path, max_blowup):
+    """The memory contract of an epoch's tens of millions of packed rows: the plan's regions are views of
+    one array (per-batch arrays left W1's freed plan resident, 0.5 GB, beside training), and opened packs
+    map their position index from the file rather than reading it into the run's memory."""
+    g = random_graph(n=400, e=3000, d=5, seed=4)
+    ds = open_dataset(prepare(write_npy_dir(tmp_path / "src", g, splits={"train": np.arange(400)}), tmp_path / "ds",
+                              progress=False))
+    sf = sample_epoch(ds, tmp_path / "e.samples", fanouts=[5, 5], batch_size=40, seed=0, epoch=0)
+    placement = place(access_counts([sf], ds.num_nodes), ds.row_bytes, [("host", 0)])
+    p = plan(sf, placement, ds.num_nodes, max_blowup)
+    assert (p.segment_batches > 0) == (max_blowup is not None)
+    assert all(np.shares_memory(r, p.ids) for r in p.regions if r.size)
+    assert all(np.shares_memory(a, p.index) for part in p.positions for a in part if a.size)
+    packs = pack_epoch(ds, sf, placement, tmp_path / "e.packs", max_blowup=max_blowup)
+    mapped = [a for part in (packs.own_pos, packs.shared_pos, packs.shared_slot) for a in part if a.size]
+    assert mapped and all(isinstance(a.base, np.memmap) or isinstance(a, np.memmap) for a in mapped)
+    check_regions(ds, packs, p.regions)
 
 
 def test_corrupt_segment_region_is_detected(tmp_path):
