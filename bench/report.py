@@ -414,7 +414,30 @@ def work(epoch: dict) -> str:
     return f"{n} epoch(s) of {epoch['batches']} batches"
 
 
-def section(suite: dict, epoch: dict, scaling: dict, limits: dict, plots: Path, markdown: Path) -> str:
+def scaling_section(scaling: dict | None, rel: str) -> str:
+    if scaling is None:
+        return ("### Scaling\n\nNot run in this session (`bench.suite --steps` left it out); the last measurement "
+                "is in the scaling notes below.\n")
+    return f"""### Scaling: W1 at {", ".join(f"{s:g}" for s in scaling['scales'])} x its nodes, one whole epoch
+
+Host cache {scaling['host_cache_fraction']:.0%} of each graph's feature bytes (the share held fixed, not the bytes:
+see `bench/scaling.py`), {"cgroup cap " + scaling['cap'] if scaling['cap'] else "no cgroup cap"}, page cache dropped
+first; the rest of each batch's rows come from the packs on disk (O_DIRECT). Each point is the median of
+{scaling.get('repeat', 1)} run(s) (interleaved over the scales); all runs' times are in scaling.json. Offline is
+sampling (the topology's read-ahead included) plus packing; placing the rows in the cache, once per run, is
+apart ({placement_times(scaling)}). A point's deviation is its time per node against the line's: in each repeat
+(the scales back to back) the line's slope is the median time per node of the repeat's points, so that every
+scale weighs the same and one stray run cannot tilt it, and a point's deviation is the median of its deviations
+over the repeats, since this VM's speed drifts by more than 10 % from one minute to the next, moving whole
+repeats. The dashed line has the median of the repeats' slopes.
+
+![scaling]({rel}/scaling.png)
+
+{scaling_table(scaling)}
+"""
+
+
+def section(suite: dict, epoch: dict, scaling: dict | None, limits: dict, plots: Path, markdown: Path) -> str:
     rel = os.path.relpath(plots, markdown.parent)
     text = banner(suite, epoch)
     cap = report_cap(epoch)
@@ -469,23 +492,7 @@ fio on W1's feature file, O_DIRECT, io_uring, {limits.get('seconds', '?')} s eac
 
 {stage_table(epoch)}
 
-### Scaling: W1 at {", ".join(f"{s:g}" for s in scaling['scales'])} x its nodes, one whole epoch
-
-Host cache {scaling['host_cache_fraction']:.0%} of each graph's feature bytes (the share held fixed, not the bytes:
-see `bench/scaling.py`), {"cgroup cap " + scaling['cap'] if scaling['cap'] else "no cgroup cap"}, page cache dropped
-first; the rest of each batch's rows come from the packs on disk (O_DIRECT). Each point is the median of
-{scaling.get('repeat', 1)} run(s) (interleaved over the scales); all runs' times are in scaling.json. Offline is
-sampling (the topology's read-ahead included) plus packing; placing the rows in the cache, once per run, is
-apart ({placement_times(scaling)}). A point's deviation is its time per node against the line's: in each repeat
-(the scales back to back) the line's slope is the median time per node of the repeat's points, so that every
-scale weighs the same and one stray run cannot tilt it, and a point's deviation is the median of its deviations
-over the repeats, since this VM's speed drifts by more than 10 % from one minute to the next, moving whole
-repeats. The dashed line has the median of the repeats' slopes.
-
-![scaling]({rel}/scaling.png)
-
-{scaling_table(scaling)}
-
+{scaling_section(scaling, rel)}
 GPU rows: {"diskgnn on the GPU (`--device cuda`), GPU utilisation sampled by nvidia-smi every 200 ms; the other rows train on the CPU." if epoch.get('cuda') else "none: no CUDA device on this machine (with one, the suite adds diskgnn's `--device cuda` rows with the GPU's utilisation)."}
 {END}
 """
@@ -494,13 +501,18 @@ GPU rows: {"diskgnn on the GPU (`--device cuda`), GPU utilisation sampled by nvi
 def render(suite_path, markdown, plots) -> None:
     """Writes the plots into `plots` and the section into `markdown` (replacing the old one)."""
     suite = _load(suite_path)
-    epoch, scaling, limits = (_load(suite["files"][k]) for k in ("epoch", "scaling", "limits"))
+    files = suite["files"]
+    epoch = _load(files["epoch"])
+    # A partial suite (--steps) has no file for the steps it left out; their sections say so.
+    scaling = _load(files["scaling"]) if "scaling" in files else None
+    limits = _load(files["limits"]) if "limits" in files else {"error": "not run in this session (bench.suite --steps)"}
     plots, markdown = Path(plots), Path(markdown)
     plots.mkdir(parents=True, exist_ok=True)
     text = banner(suite, epoch)
     plot_epoch(epoch, text, plots / "epoch.png")
     plot_peers(epoch, text, plots / "peers.png")
-    plot_scaling(scaling, text, plots / "scaling.png")
+    if scaling is not None:
+        plot_scaling(scaling, text, plots / "scaling.png")
     plot_disk(epoch, limits, text, plots / "disk.png")
     plot_stages(epoch, text, plots / "stages.png")
     new = section(suite, epoch, scaling, limits, plots, markdown)

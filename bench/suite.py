@@ -2,6 +2,7 @@
 and one report (docs/benchmarks.md's generated section and its plots).
 
     python -m bench.suite [--caps 1GiB,2GiB,4GiB] [--loop-timeout 90] [--scales 0.25,0.5,1,2]
+    python -m bench.suite --steps limits,epoch --systems diskgnn,dgl_ondisk    # a part; the report says which
     python -m bench.suite --smoke --out-dir DIR     # tiny, for the test suite; report and plots in DIR
 
 In one session, in this order: the W1 workloads are prepared once (cached
@@ -34,6 +35,7 @@ from . import scaling as bench_scaling
 from .common import cpu_seconds, disk_read_limits, machine_info, synthetic_workload, wait_for_idle, write_json
 from .epoch import REPO
 
+STEPS = ("limits", "epoch", "scaling")
 W1_NODES = 8_000_000
 SMOKE_NODES = 20_000
 
@@ -80,12 +82,20 @@ def main(argv=None) -> dict:
     ap.add_argument("--batches", type=int, default=0, help="batches per epoch (0: whole epochs)")
     ap.add_argument("--idle-wait", type=float, default=60.0,
                     help="before each step, wait at most this many seconds for the machine to be idle")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help=f"comma-separated steps to run, of {', '.join(STEPS)} (default all); the report's sections "
+                         "of the others say they were not run")
+    ap.add_argument("--systems", help="the epoch grid's rows to run (bench.epoch --systems; default all)")
     ap.add_argument("--out-dir", default=str(REPO / "bench" / "results" / "suite"))
     ap.add_argument("--report", help="markdown file whose generated section is (re)written "
                     "(default: docs/benchmarks.md; with --smoke, in --out-dir)")
     ap.add_argument("--plots", help="directory of the PNG plots (default: docs/bench; with --smoke, --out-dir)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one cap, short timeouts (the test suite)")
     args = ap.parse_args(argv)
+    chosen = args.steps.split(",")
+    if set(chosen) - set(STEPS) or "epoch" not in chosen:
+        raise SystemExit(f"bench.suite: --steps {args.steps}: choose from {', '.join(STEPS)}, epoch among them "
+                         "(the report is built around the epoch grid)")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
@@ -103,23 +113,26 @@ def main(argv=None) -> dict:
     print(f"machine: {info['summary']}", flush=True)
     steps = {}
     w1, steps["prepare"] = step("prepare W1", lambda: synthetic_workload(workloads, nodes), 0.0)
-    limits, steps["limits"] = step("disk limits (fio)", lambda: disk_read_limits(
-        w1 / "features.bin", 2.0 if args.smoke else 15.0), args.idle_wait)
-    write_json(out / "limits.json", limits)
+    if "limits" in chosen:
+        limits, steps["limits"] = step("disk limits (fio)", lambda: disk_read_limits(
+            w1 / "features.bin", 2.0 if args.smoke else 15.0), args.idle_wait)
+        write_json(out / "limits.json", limits)
+    systems = ["--systems", args.systems] if args.systems else []
     _, steps["epoch"] = step("epoch grid", lambda: bench_epoch.main(
         ["--data", str(w1), "--caps", args.caps, "--loop-timeout", str(args.loop_timeout), "--batches",
          str(args.batches), "--epochs", str(args.epochs), "--eval-batches", str(args.eval_batches),
-         "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *smoke]),
+         "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *systems, *smoke]),
         args.idle_wait)
-    _, steps["scaling"] = step("scaling", lambda: bench_scaling.main(
-        ["--nodes", str(nodes), "--scales", args.scales, "--repeat", str(1 if args.smoke else args.scaling_repeat),
-         "--workdir", str(workloads),
-         "--out", str(out / "scaling.json"), *smoke]), args.idle_wait)
+    if "scaling" in chosen:
+        _, steps["scaling"] = step("scaling", lambda: bench_scaling.main(
+            ["--nodes", str(nodes), "--scales", args.scales, "--repeat",
+             str(1 if args.smoke else args.scaling_repeat), "--workdir", str(workloads),
+             "--out", str(out / "scaling.json"), *smoke]), args.idle_wait)
     command = " ".join(["python -m bench.suite", *(argv if argv is not None else sys.argv[1:])])
     suite = {"benchmark": "suite", "machine": info, "versions": {**versions(), **peer_versions()},
              "date": datetime.date.today().isoformat(), "cuda": torch.cuda.is_available(), "command": command, "smoke": args.smoke,
              "wall_s": time.perf_counter() - start, "steps": steps,
-             "files": {name: str(out / f"{name}.json") for name in ("limits", "epoch", "scaling")}}
+             "files": {name: str(out / f"{name}.json") for name in steps if name != "prepare"}}
     write_json(out / "suite.json", suite)
     report.render(out / "suite.json", markdown, plots)
     print(f"suite: {suite['wall_s'] / 60:.1f} min; report {markdown}, plots in {plots}")

@@ -96,6 +96,15 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     report.render(out / "suite.json", md, out / "bench")
     with_gpu = md.read_text()
     assert report.LABELS["diskgnn_cuda"] in with_gpu and "GPU busy 42 % (peak 97)" in with_gpu
+    # A partial suite (--steps limits,epoch or epoch alone) has no file for the rest; the report says so.
+    s = json.loads((out / "suite.json").read_text())
+    s["files"] = {"epoch": s["files"]["epoch"]}
+    (out / "suite.json").write_text(json.dumps(s))
+    report.render(out / "suite.json", md, out / "bench")
+    partial = md.read_text()
+    assert "### Scaling\n\nNot run in this session" in partial and "| fio | not run: not run in this session" in partial
+    with pytest.raises(SystemExit, match="epoch among them"):
+        suite.main(["--smoke", "--out-dir", str(out), "--steps", "limits,scaling"])
 
 
 def test_nvidia_smi_samples_are_parsed():
