@@ -204,3 +204,24 @@ class GpuUtilisation:
             out, _ = self.proc.communicate()
             self.result = parse_nvidia_smi(out)
         return False
+
+
+def marked_section(text: str, markers: tuple[str, str]) -> str:
+    """The part of `text` from markers[0] to markers[1], both included ("" when absent)."""
+    begin, end = markers
+    if begin not in text or end not in text.split(begin, 1)[1]:
+        return ""
+    return begin + text.split(begin, 1)[1].split(end, 1)[0] + end
+
+
+def write_section(path: Path, body: str, markers: tuple[str, str]) -> None:
+    """Replaces the marked part of `path` with `body` between the markers, or appends it; the rest of the
+    file stays as it is."""
+    old = path.read_text() if path.exists() else ""
+    block = f"{markers[0]}\n{body.strip()}\n{markers[1]}"
+    current = marked_section(old, markers)
+    new = old.replace(current, block, 1) if current else old.rstrip("\n") + ("\n\n" if old.strip() else "") + block
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(new.rstrip("\n") + "\n")
+    os.replace(tmp, path)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from diskgnn.units import format_size
 
+from .common import write_section
 from .epoch import CAPPED, GPU_CAPPED, GPU_UNCAPPED, UNCAPPED, diskgnn_backend
 from .scaling import percentages
 
@@ -161,6 +162,14 @@ def _conversion(name: str, r: dict) -> str:
     return " + ".join(f"{parts[k]} {v:.1f} s" for k, v in c.items()) or "—"
 
 
+def read_per_epoch(r: dict, epoch: dict) -> float | None:
+    """Bytes a run read from the disk per epoch: its total (diskgnn's over the epochs it trained, a stopped
+    loop's extrapolated to every batch of the run) over the epochs that total covers."""
+    if "disk_bytes_read" not in r or not r.get("batches"):
+        return None
+    return r["disk_bytes_read"] * epoch["batches_per_epoch"] / r["batches"]
+
+
 def peer_table(epoch: dict) -> str:
     """Per system and cap: epoch time, test accuracy after the epochs, time to the common val target, bytes
     read, peak memory and preprocessing."""
@@ -179,7 +188,7 @@ def peer_table(epoch: dict) -> str:
         if "neighbour_share" in r:
             whole += f"; sampled among the buffered partitions: about {r['neighbour_share']:.0%} of the neighbours"
         acc = f"{100 * r['test_acc']:.2f} %" if r.get("test_acc") is not None else "—"
-        per_epoch = r["disk_bytes_read"] / max(1, r.get("epochs_done") or 1) if "disk_bytes_read" in r else None
+        per_epoch = read_per_epoch(r, epoch)
         disk = format_size(int(per_epoch)) if per_epoch is not None else "—"
         peak = format_size(r["cgroup_peak_bytes"]) if r.get("cgroup_peak_bytes") else "—"
         lines.append(f"| {SHORT[name]} | {cap} | {r['epoch_s']:,.1f} s{whole} | {r.get('epochs_done', 0)} | {acc} | "
@@ -193,7 +202,8 @@ def disk_rates(epoch: dict) -> list[tuple[str, dict, float | None]]:
     out = []
     for name in (*uncapped_names(epoch), *capped_names(epoch)):
         r = runs[name]
-        rate = r["disk_bytes_read"] / r["epoch_s"] / 1e6 if "epoch_s" in r and r["epoch_s"] > 0 else None
+        per_epoch = read_per_epoch(r, epoch)
+        rate = per_epoch / r["epoch_s"] / 1e6 if per_epoch is not None and r.get("epoch_s") else None
         out.append((name, r, rate))
     return out
 
@@ -215,7 +225,7 @@ def disk_table(epoch: dict, limits: dict) -> str:
             lines.append(f"| {LABELS[name]} | not measured: {cell(r)} | | |")
             continue
         share = f"{rate / seq:.2f}" if seq else "n/a"
-        lines.append(f"| {LABELS[name]} | {format_size(int(r['disk_bytes_read']))} | {rate:,.0f} | {share} |")
+        lines.append(f"| {LABELS[name]} | {format_size(int(read_per_epoch(r, epoch)))} | {rate:,.0f} | {share} |")
     return "\n".join(x for x in lines if x)
 
 
@@ -266,7 +276,7 @@ def scaling_table(scaling: dict) -> str:
     return "\n".join(lines)
 
 
-def _figure(title: str, banner_text: str, **kw):
+def figure(title: str, banner_text: str, **kw):
     import matplotlib
     matplotlib.use("Agg")  # files only: no display here, and none needed
     import matplotlib.pyplot as plt
@@ -277,13 +287,13 @@ def _figure(title: str, banner_text: str, **kw):
     return plt, fig, ax
 
 
-def _legend(ax, **kw) -> None:
+def legend(ax, **kw) -> None:
     # A smoke run's plots can have nothing labelled (no fio, no successful run): no empty legend box then.
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=7, **kw)
 
 
-def _save(plt, fig, path: Path) -> None:
+def save(plt, fig, path: Path) -> None:
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     tmp = path.with_name(path.stem + ".tmp.png")
     fig.savefig(tmp, dpi=110)
@@ -292,7 +302,7 @@ def _save(plt, fig, path: Path) -> None:
 
 
 def plot_epoch(epoch: dict, text: str, path: Path) -> None:
-    plt, fig, ax = _figure(f"Time per batch, {work(epoch)} of W1 ({epoch['nodes']:,} nodes), log scale",
+    plt, fig, ax = figure(f"Time per batch, {work(epoch)} of W1 ({epoch['nodes']:,} nodes), log scale",
                            text, figsize=(10, 5))
     colours = dict(zip((*UNCAPPED, *CAPPED, *GPU_UNCAPPED, *GPU_CAPPED), plt.get_cmap("tab20").colors))
     capped = capped_names(epoch)
@@ -317,20 +327,21 @@ def plot_epoch(epoch: dict, text: str, path: Path) -> None:
     ax.set_xticks(range(len(groups)), [label for label, _, _ in groups])
     ax.set_yscale("log")
     ax.set_ylabel("ms per batch (lower is better; hatched: lower bound)")
-    _legend(ax, ncol=2)
-    _save(plt, fig, path)
+    legend(ax, ncol=2)
+    save(plt, fig, path)
 
 
 def plot_peers(epoch: dict, text: str, path: Path) -> None:
     """Epoch time and bytes read per epoch for each system and cap, the ratio to diskgnn at the same cap above
     each bar."""
-    plt, fig, axes = _figure("Peers on W1: epoch time and bytes read per epoch, per cap", text, figsize=(11, 5),
+    plt, fig, axes = figure("Peers on W1: epoch time and bytes read per epoch, per cap", text, figsize=(11, 5),
                              ncols=2)
     names = [n for n in capped_names(epoch) if not n.startswith("naive")]
     caps = _caps(epoch)
     width = 0.8 / max(1, len(names))
     for ax, key, unit, scale in ((axes[0], "epoch_s", "seconds per epoch", 1.0),
                                  (axes[1], "disk_bytes_read", "GB read per epoch", 1e-9)):
+        heights = []
         for i, name in enumerate(names):
             xs, ys, notes = [], [], []
             for g, c in enumerate(caps):
@@ -338,28 +349,33 @@ def plot_peers(epoch: dict, text: str, path: Path) -> None:
                 d = epoch["caps"][c]["runs"]["diskgnn"]
                 if key not in r or key not in d:
                     continue
-                per = (lambda x: x[key] / max(1, x.get("epochs_done") or 1)) if key == "disk_bytes_read" else \
+                per = (lambda x: read_per_epoch(x, epoch)) if key == "disk_bytes_read" else \
                     (lambda x: x[key])
                 xs.append(g + (i - (len(names) - 1) / 2) * width)
                 ys.append(per(r) * scale)
                 notes.append(per(r) / per(d) if per(d) > 0 else None)
+            if not xs:  # not run, or failed at every cap: no empty legend entry
+                continue
             bars = ax.bar(xs, ys, width, label=SHORT[name])
+            heights += ys
             for b, note in zip(bars, notes):
                 if note is not None and name != "diskgnn":
                     ax.annotate(f"{note:,.0f}x" if note >= 10 else f"{note:.1f}x", (b.get_x() + b.get_width() / 2,
                                 b.get_height()), ha="center", va="bottom", fontsize=6)
         ax.set_xticks(range(len(caps)), [f"cap {c}" for c in caps])
-        ax.set_yscale("log")
-        ax.set_ylabel(unit + " (log)")
-    _legend(axes[0])
-    _save(plt, fig, path)
+        if any(h > 0 for h in heights):  # a log axis needs one positive bar (none: every run failed)
+            ax.set_yscale("log")
+            unit += " (log)"
+        ax.set_ylabel(unit)
+    legend(axes[0])
+    save(plt, fig, path)
 
 
 def plot_scaling(scaling: dict, text: str, path: Path) -> None:
     import numpy as np
 
     limits = f"cap {scaling['cap']}" if scaling["cap"] else "no cap"
-    plt, fig, ax = _figure(f"diskgnn scaling on W1-like graphs\n(one whole epoch; host cache "
+    plt, fig, ax = figure(f"diskgnn scaling on W1-like graphs\n(one whole epoch; host cache "
                            f"{scaling['host_cache_fraction']:.0%} of the features, {limits})", text, figsize=(7, 4.5))
     ok = [p for p in scaling["points"] if "error" not in p]
     n = np.array([p["nodes"] for p in ok]) / 1e6
@@ -372,12 +388,12 @@ def plot_scaling(scaling: dict, text: str, path: Path) -> None:
                     label=f"{label}: linear fit ({fit['max_abs_deviation']:.0%} max deviation)")
     ax.set_xlabel("million nodes")
     ax.set_ylabel("seconds")
-    _legend(ax)
-    _save(plt, fig, path)
+    legend(ax)
+    save(plt, fig, path)
 
 
 def plot_disk(epoch: dict, limits: dict, text: str, path: Path) -> None:
-    plt, fig, ax = _figure(f"Disk reads during training at cap {report_cap(epoch)} against the device's limits",
+    plt, fig, ax = figure(f"Disk reads during training at cap {report_cap(epoch)} against the device's limits",
                            text, figsize=(8, 4.5))
     rows = [(SHORT[name], rate) for name, _, rate in disk_rates(epoch) if rate is not None]
     ax.barh([r[0] for r in rows], [r[1] for r in rows])
@@ -386,13 +402,13 @@ def plot_disk(epoch: dict, limits: dict, text: str, path: Path) -> None:
         if mbps:
             ax.axvline(mbps, linestyle=style, color="k", label=f"{label}: {mbps:,.0f} MB/s")
     ax.set_xlabel("MB/s read from the disk")
-    _legend(ax)
-    _save(plt, fig, path)
+    legend(ax)
+    save(plt, fig, path)
 
 
 def plot_stages(epoch: dict, text: str, path: Path) -> None:
     r = epoch["caps"][report_cap(epoch)]["runs"]["diskgnn"]
-    plt, fig, ax = _figure(f"diskgnn pipeline stages at cap {report_cap(epoch)}: busy and waiting time per stage",
+    plt, fig, ax = figure(f"diskgnn pipeline stages at cap {report_cap(epoch)}: busy and waiting time per stage",
                            text, figsize=(7, 4))
     stages = list(r.get("stage_times_s", {}))
     busy = [r["stage_times_s"][s]["busy_s"] for s in stages]
@@ -403,8 +419,8 @@ def plot_stages(epoch: dict, text: str, path: Path) -> None:
         ax.axvline(r["epoch_s"], color="k", linestyle="--", label=f"epoch {r['epoch_s']:.1f} s")
     ax.set_xlabel("seconds in the epoch")
     ax.invert_yaxis()
-    _legend(ax)
-    _save(plt, fig, path)
+    legend(ax)
+    save(plt, fig, path)
 
 
 def work(epoch: dict) -> str:
@@ -444,8 +460,7 @@ def section(suite: dict, epoch: dict, scaling: dict | None, limits: dict, plots:
     quiet = ", ".join(f"{name} {s['wall_s'] / 60:.1f} min (other processes {max(0, s['other_cpu_s']):.0f} CPU s)"
                       + (f"; re-run on its own: `{s['rerun']}`" if "rerun" in s else "")
                       for name, s in suite["steps"].items())
-    return f"""{BEGIN}
-## The report: `make bench`
+    return f"""## The report: `make bench`
 
 `{suite['command']}`, {suite['wall_s'] / 60:.0f} min in one session{" (SMOKE: tiny sizes, numbers mean nothing)" if suite['smoke'] else ""}.
 Machine and versions: {text}. Steps: {quiet}.
@@ -494,7 +509,6 @@ fio on W1's feature file, O_DIRECT, io_uring, {limits.get('seconds', '?')} s eac
 
 {scaling_section(scaling, rel)}
 GPU rows: {"diskgnn on the GPU (`--device cuda`), GPU utilisation sampled by nvidia-smi every 200 ms; the other rows train on the CPU." if epoch.get('cuda') else "none: no CUDA device on this machine (with one, the suite adds diskgnn's `--device cuda` rows with the GPU's utilisation)."}
-{END}
 """
 
 
@@ -516,15 +530,7 @@ def render(suite_path, markdown, plots) -> None:
     plot_disk(epoch, limits, text, plots / "disk.png")
     plot_stages(epoch, text, plots / "stages.png")
     new = section(suite, epoch, scaling, limits, plots, markdown)
-    old = markdown.read_text() if markdown.exists() else ""
-    if BEGIN in old and END in old:
-        head, rest = old.split(BEGIN, 1)
-        body = head + new.rstrip("\n") + rest.split(END, 1)[1]
-    else:
-        body = (old.rstrip("\n") + "\n\n" if old else "") + new
-    tmp = markdown.with_name(markdown.name + ".tmp")
-    tmp.write_text(body)
-    os.replace(tmp, markdown)
+    write_section(markdown, new, (BEGIN, END))
     print(f"wrote {markdown} and the plots in {plots}")
 
 
