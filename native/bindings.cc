@@ -165,19 +165,31 @@ PYBIND11_MODULE(_native, m) {
            py::arg("indices_path"), py::arg("num_nodes"), py::arg("num_edges"), py::arg("indices_bytes_per_id"))
       .def_property_readonly("num_nodes", &diskgnn::CscView::num_nodes);
 
+  auto sampling = [](const std::vector<int64_t>& fanouts, uint64_t seed, bool labor, bool layer_dependency,
+                     uint64_t batch_dependency) {
+    diskgnn::sampling_options o;
+    o.fanouts = fanouts;
+    o.seed = seed;
+    o.labor = labor;
+    o.layer_dependency = layer_dependency;
+    o.batch_dependency = batch_dependency;
+    return o;
+  };
   m.def(
       "sample_batches",
-      [](const diskgnn::CscView& graph, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
-         const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
-         const std::vector<int64_t>& fanouts, uint64_t seed, int num_threads) {
+      [sampling](const diskgnn::CscView& graph,
+                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
+                 const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
+                 const std::vector<int64_t>& fanouts, uint64_t seed, int num_threads, bool labor, bool layer_dependency,
+                 uint64_t batch_dependency) {
         if (batch_offsets.empty() || batch_offsets.back() != seeds.size()) {
           throw std::invalid_argument("batch_offsets must end at len(seeds)");
         }
+        const diskgnn::sampling_options o = sampling(fanouts, seed, labor, layer_dependency, batch_dependency);
         std::vector<diskgnn::SampleRecord> records;
         {
           py::gil_scoped_release release;
-          records = diskgnn::sample_batches(graph, seeds.data(), batch_offsets, batch_keys, fanouts, seed,
-                                            num_threads);
+          records = diskgnn::sample_batches(graph, seeds.data(), batch_offsets, batch_keys, o, num_threads);
         }
         py::list out;
         for (auto& r : records) {
@@ -186,8 +198,19 @@ PYBIND11_MODULE(_native, m) {
         return out;
       },
       py::arg("graph"), py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"),
-      py::arg("seed"), py::arg("num_threads"),
+      py::arg("seed"), py::arg("num_threads"), py::arg("labor"), py::arg("layer_dependency"),
+      py::arg("batch_dependency"),
       "Samples batches of seeds; returns one record (bytes) per batch, in order (layout in sampler.h).");
+  m.def(
+      "labor_variates",
+      [sampling](uint64_t seed, bool layer_dependency, uint64_t batch_dependency, uint64_t step, size_t hop,
+                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids) {
+        const diskgnn::sampling_options o = sampling({}, seed, true, layer_dependency, batch_dependency);
+        std::vector<double> r = diskgnn::labor_variates(o, step, hop, ids.data(), static_cast<size_t>(ids.size()));
+        return py::array_t<double>(static_cast<py::ssize_t>(r.size()), r.data());
+      },
+      py::arg("seed"), py::arg("layer_dependency"), py::arg("batch_dependency"), py::arg("step"), py::arg("hop"),
+      py::arg("ids"), "LABOR's variates r_t of `ids` at a step and hop (uniform in (0, 1)).");
 
   m.def(
       "pack_regions",

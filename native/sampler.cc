@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -122,6 +123,46 @@ class LocalIds {
   size_t size_ = 0;
 };
 
+// Standard normal z_t(s) of vertex t under variate seed s: Box-Muller on two uniforms of a hash of (s, t).
+double normal(uint64_t s, int64_t t) {
+  uint64_t x = s ^ (static_cast<uint64_t>(t) * 0xd1342543de82ef95ULL);
+  const uint64_t a = splitmix64(x), b = splitmix64(x);
+  const double u1 = (static_cast<double>(a >> 11) + 0.5) * 0x1p-53;  // in (0, 1): log is finite
+  const double u2 = static_cast<double>(b >> 11) * 0x1p-53;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
+}
+
+// The variates of one hop of one batch: vertex t's key w0 z_t(s0) + w1 z_t(s1), a standard normal for any
+// mix (w0² + w1² = 1), whose order is the order of r_t = Φ(key).
+struct labor_keys {
+  uint64_t s0, s1;
+  double w0, w1;
+
+  labor_keys(const sampling_options& o, uint64_t step, size_t hop) {
+    const uint64_t kappa = std::max<uint64_t>(1, o.batch_dependency);
+    uint64_t base = o.seed ^ 0x1ab0ae5eedULL;
+    if (!o.layer_dependency) base = splitmix64(base) + hop;
+    uint64_t x0 = base ^ ((step / kappa) * 0x9e3779b97f4a7c15ULL), x1 = base ^ ((step / kappa + 1) * 0x9e3779b97f4a7c15ULL);
+    s0 = splitmix64(x0);
+    s1 = splitmix64(x1);
+    const double c = static_cast<double>(step % kappa) / static_cast<double>(kappa);
+    w0 = std::cos(M_PI * c / 2);
+    w1 = std::sin(M_PI * c / 2);
+  }
+  double operator()(int64_t t) const { return w1 == 0 ? normal(s0, t) : w0 * normal(s0, t) + w1 * normal(s1, t); }
+};
+
+// LABOR-0 with a fixed fanout: the k neighbours of v with the smallest variates, returned as sorted positions.
+void choose_labor(const CscView& g, int64_t v, int64_t d, int64_t k, const labor_keys& keys,
+                  std::vector<std::pair<double, int64_t>>& scratch, std::vector<int64_t>& out) {
+  scratch.resize(d);
+  for (int64_t j = 0; j < d; ++j) scratch[j] = {keys(g.neighbour(v, j)), j};
+  std::nth_element(scratch.begin(), scratch.begin() + k, scratch.end());
+  out.resize(k);
+  for (int64_t j = 0; j < k; ++j) out[j] = scratch[j].second;
+  std::sort(out.begin(), out.end());
+}
+
 // Chooses k of the positions [0, d) uniformly without replacement (Floyd's
 // algorithm: k draws, no O(d) scratch even for hubs), returned sorted.
 void choose(Rng& rng, int64_t d, int64_t k, std::vector<int64_t>& out) {
@@ -142,8 +183,9 @@ void append(std::vector<uint8_t>& buf, const T* data, size_t count) {
 }
 
 SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds, uint64_t key,
-                        const std::vector<int64_t>& fanouts, uint64_t seed, LocalIds& ids) {
-  Rng rng(seed, key);
+                        const sampling_options& o, LocalIds& ids) {
+  const std::vector<int64_t>& fanouts = o.fanouts;
+  Rng rng(o.seed, key);
   const size_t layers = fanouts.size();
   std::vector<int64_t> nodes(seeds, seeds + n_seeds);
   ids.reset(static_cast<size_t>(n_seeds) * 8);
@@ -155,7 +197,9 @@ SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds,
   std::vector<int64_t> counts{n_seeds};
   std::vector<std::vector<int32_t>> indptrs(layers), indices(layers);
   std::vector<int64_t> picks;
+  std::vector<std::pair<double, int64_t>> scratch;
   for (size_t h = 0; h < layers; ++h) {
+    const labor_keys keys(o, key, h);
     const int64_t n_dst = static_cast<int64_t>(nodes.size());
     auto& ptr = indptrs[h];
     auto& idx = indices[h];
@@ -168,6 +212,8 @@ SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds,
       if (k == d) {
         picks.resize(d);
         for (int64_t j = 0; j < d; ++j) picks[j] = j;
+      } else if (o.labor) {
+        choose_labor(g, v, d, k, keys, scratch, picks);
       } else {
         choose(rng, d, k, picks);
       }
@@ -223,11 +269,19 @@ CscView::~CscView() {
   if (indices_map_bytes_) ::munmap(const_cast<void*>(indices_), indices_map_bytes_);
 }
 
+std::vector<double> labor_variates(const sampling_options& options, uint64_t step, size_t hop, const int64_t* ids,
+                                   size_t count) {
+  const labor_keys keys(options, step, hop);
+  std::vector<double> r(count);
+  for (size_t i = 0; i < count; ++i) r[i] = 0.5 * std::erfc(-keys(ids[i]) / std::sqrt(2.0));
+  return r;
+}
+
 std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* seeds,
                                          const std::vector<int64_t>& batch_offsets,
-                                         const std::vector<uint64_t>& batch_keys,
-                                         const std::vector<int64_t>& fanouts, uint64_t seed,
+                                         const std::vector<uint64_t>& batch_keys, const sampling_options& options,
                                          int num_threads) {
+  if (options.batch_dependency < 1) throw std::invalid_argument("batch_dependency must be at least 1");
   const size_t batches = batch_keys.size();
   if (batch_offsets.size() != batches + 1) throw std::invalid_argument("need one offset per batch plus one");
   for (size_t b = 0; b < batches; ++b) {
@@ -246,7 +300,7 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
     for (size_t b = t; b < batches; b += threads) {
       try {
         out[b] = sample_one(graph, seeds + batch_offsets[b], batch_offsets[b + 1] - batch_offsets[b],
-                            batch_keys[b], fanouts, seed, ids);
+                            batch_keys[b], options, ids);
       } catch (const std::exception& e) {
         errors[b] = e.what();
       }

@@ -1,8 +1,13 @@
-// Offline node-wise neighbour sampling over a memory-mapped CSC graph.
+// Offline neighbour sampling over a memory-mapped CSC graph: node-wise
+// uniform sampling, or LABOR-0 with layer and batch dependency.
 //
-// Each batch draws from its own random stream, keyed by (seed, batch key), so
-// the samples depend on the seed alone and never on the thread count or on
-// which batches are sampled together.
+// Uniform: each batch draws from its own random stream, keyed by (seed, batch
+// key). LABOR: every vertex t has one variate r_t, a pure function of (seed,
+// the batch's step, t), shared by every seed of the batch that could pick it;
+// a seed keeps the `fanout` neighbours with the smallest r_t (the fixed-fanout
+// "sequential Poisson" form of LABOR-0, so seeds that share neighbours tend to
+// pick the same ones). Either way the samples depend on the seed alone and
+// never on the thread count or on which batches are sampled together.
 #pragma once
 
 #include <cstdint>
@@ -49,16 +54,33 @@ struct SampleRecord {
   std::vector<uint8_t> bytes;
 };
 
+struct sampling_options {
+  std::vector<int64_t> fanouts;  ///< per hop, seeds outwards; -1 takes every neighbour
+  uint64_t seed = 0;
+  bool labor = false;             ///< LABOR-0 instead of node-wise uniform sampling
+  bool layer_dependency = false;  ///< LABOR: the same variates for every hop of a batch
+  /// LABOR, κ: the variates of consecutive steps drift from one window's to the
+  /// next's and are renewed every κ steps; 1 makes batches independent.
+  uint64_t batch_dependency = 1;
+};
+
+/// @brief LABOR's variate r_t of vertices `ids` at `step` and `hop`: uniform in
+/// (0, 1) for any step; r_t = Φ(cos(πc/2) z_t(s0) + sin(πc/2) z_t(s1)) with
+/// c = (step mod κ) / κ, s0 and s1 the seeds of windows step div κ and the
+/// next, z standard normal. Sampling compares the normal mixture (Φ keeps its
+/// order); this gives r_t itself, for tests.
+std::vector<double> labor_variates(const sampling_options& options, uint64_t step, size_t hop, const int64_t* ids,
+                                   size_t count);
+
 /// @brief Samples batches of seeds in parallel.
 /// @param seeds all seeds of the batches, concatenated.
 /// @param batch_offsets batch b's seeds are seeds[batch_offsets[b] : batch_offsets[b+1]].
-/// @param batch_keys the random-stream key of each batch (its index in the epoch).
-/// @param fanouts per hop, seeds outwards; -1 takes every neighbour.
+/// @param batch_keys per batch: uniform sampling, the key of its random stream;
+///        LABOR, its step (consecutive steps share variates under batch dependency).
 /// @return one record per batch, in batch order.
 std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* seeds,
                                          const std::vector<int64_t>& batch_offsets,
-                                         const std::vector<uint64_t>& batch_keys,
-                                         const std::vector<int64_t>& fanouts, uint64_t seed,
+                                         const std::vector<uint64_t>& batch_keys, const sampling_options& options,
                                          int num_threads);
 
 }  // namespace diskgnn

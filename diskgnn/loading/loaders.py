@@ -25,7 +25,7 @@ import torch
 
 from ..data.features import FeatureSource, feature_source
 from ..io.reader import FeatureReader
-from ..offline.sample import SampleFile, batch_key, epoch_seeds, open_graph, sample_batch
+from ..offline.sample import NEIGHBOR, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
 from ..store.store import FeatureStore
 from ..store.tiers import TierStats
 from .blocks import sampled_blocks
@@ -107,9 +107,9 @@ class OnlineLoader:
 
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
                  labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
-                 features: FeatureSource | None = None):
-        self.fanouts, self.seed, self.epoch = list(fanouts), seed, epoch
-        self.batches = epoch_seeds(seeds, batch_size, seed, epoch)
+                 features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR):
+        self.fanouts, self.seed, self.epoch, self.sampler = list(fanouts), seed, epoch, sampler
+        self.batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
         self.labels, self.device, self.read_depth = labels, device, read_depth
         self.graph = graph or open_graph(dataset)
         self.source = features or feature_source(dataset)
@@ -121,8 +121,9 @@ class OnlineLoader:
 
     def sample(self, b: int):
         """Batch b, identical to what sample_epoch writes for it (same stream key)."""
-        return sample_batch(self.graph, self.batches[b], key=batch_key(self.epoch, b), fanouts=self.fanouts,
-                            seed=self.seed, threads=max(1, (os.cpu_count() or 1) // 2), index=b)
+        return sample_batch(self.graph, self.batches[b], key=self.sampler.key(self.epoch, b, len(self.batches)),
+                            fanouts=self.fanouts, seed=self.seed, threads=max(1, (os.cpu_count() or 1) // 2), index=b,
+                            sampler=self.sampler)
 
     def pipeline(self, order) -> Pipeline:
         def sample(b):

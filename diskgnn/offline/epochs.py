@@ -11,6 +11,10 @@ most two epochs' files are on disk at once. In replay mode (DiskGNN's) epoch
 0's samples and packs are reused, visited in a new order each epoch.
 Placement budgets and packs count the stored rows of the run's FeatureSource,
 so a quantized variant's code rows fill 4-32x more of a tier and of a pack.
+With `recent` = W, each fresh epoch's packs leave out the rows one of the W
+batches before already read (the store's recent-rows tier serves them); a
+replayed epoch is visited in a new order, and the eval sets in any, so
+their packs hold every cold row.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ import numpy as np
 
 from ..data.features import FeatureSource, feature_source
 from ..data.format import Dataset
-from .pack import PackFile, pack_epoch
+from .pack import PackFile, pack_counts, pack_epoch
 from .placement import Placement, access_counts, place
-from .sample import SampleFile, batch_order, read_topology_ahead, sample_epoch
+from .sample import NEIGHBOR, Sampler, SampleFile, batch_order, read_topology_ahead, sample_epoch
 
 
 @dataclass
@@ -39,8 +43,10 @@ class EpochFiles:
 class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
                  max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
-                 features: FeatureSource | None = None, read_ahead: bool = False):
+                 features: FeatureSource | None = None, read_ahead: bool = False, sampler: Sampler = NEIGHBOR,
+                 recent: int = 0):
         self.dataset, self.dir = dataset, Path(workdir)
+        self.sampler, self.recent = sampler, 0 if replay else recent
         self.source = features or feature_source(dataset)
         self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
         self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
@@ -65,7 +71,7 @@ class OfflineEpochs:
             read_topology_ahead(self.dataset)
         sampling = time.perf_counter()
         sf = sample_epoch(self.dataset, self.dir / out_name, batch_size=self.batch_size, seed=self.seed,
-                          threads=self.threads, **kwargs)
+                          threads=self.threads, sampler=self.sampler, **kwargs)
         self.phases["read_ahead_s"] += sampling - start
         self.phases["sampling_s"] += time.perf_counter() - sampling
         return sf
@@ -92,19 +98,23 @@ class OfflineEpochs:
         """Size of epoch 0's sample file (every epoch's is about the same)."""
         return self._samples0.meta["file_bytes"]
 
-    def cold_bytes(self) -> int:
-        """Bytes epoch 0's packs will take before any blow-up cap (every cold access, 4 KiB-padded)."""
-        total = 0
-        for batch in self._samples0:
-            total += int((self.placement.tier(batch.nodes) < 0).sum()) * self.source.row_bytes + 4096
+    def epoch0_rows(self) -> dict:
+        """Epoch 0's rows as its packs will see them: input rows per batch, rows the packs hold (every cold access
+        not served by the recent-rows tier) and rows that tier serves, and the packs' bytes before any blow-up
+        cap (4 KiB-padded)."""
+        packed, recent = pack_counts(self._samples0, self.placement, self.threads or os.cpu_count() or 1, self.recent)
+        batches = max(1, len(self._samples0))
+        total = packed * self.source.row_bytes + 4096 * len(self._samples0)
         if self.max_blowup is not None:
             total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
-        return total
+        inputs = sum(int(b.nodes.size) for b in self._samples0)
+        return {"input_rows_per_batch": inputs / batches, "packed_rows": packed, "recent_rows": recent,
+                "input_rows": inputs, "pack_bytes": total}
 
-    def pack(self, samples: SampleFile, name: str) -> PackFile:
+    def pack(self, samples: SampleFile, name: str, recent: int = 0) -> PackFile:
         start = time.perf_counter()
         packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=self.max_blowup,
-                           memory_budget=self.pack_memory, threads=self.threads, features=self.source)
+                           memory_budget=self.pack_memory, threads=self.threads, features=self.source, recent=recent)
         self.pack_s += time.perf_counter() - start
         stats = packs.packing
         for key, phase in (("plan_s", "pack_plan_s"), ("write_s", "pack_write_s"), ("buffer_wait_s",
@@ -122,7 +132,7 @@ class OfflineEpochs:
 
     def _prepare(self, epoch: int) -> EpochFiles:
         samples = self._samples0 if epoch == 0 else self.sample(epoch)
-        return EpochFiles(samples, self.pack(samples, f"epoch-{epoch:05d}.packs"))
+        return EpochFiles(samples, self.pack(samples, f"epoch-{epoch:05d}.packs", self.recent))
 
     def files(self, epoch: int) -> EpochFiles:
         """Epoch's files, waiting for the background preparation when it is running."""

@@ -8,7 +8,11 @@ random: it scans the feature file front to back in large chunks and, for each
 chunk, appends to every region the rows of that chunk it needs (DiskGNN's
 batched packing). Regions start on 4 KiB boundaries for O_DIRECT.
 
-A row used by several batches is packed once per batch: the disk blow-up is
+With `recent` = W > 0, a cold row that one of the W batches before it (in
+training order) also read is not packed again: the store's recent-rows tier
+copies it from that batch's assembled rows, which it keeps in memory (the
+overlap dependent minibatches create: LABOR with batch dependency). Otherwise
+a row used by several batches is packed once per batch: the disk blow-up is
 packed rows / num_nodes. With `max_blowup`, consecutive batches are grouped
 into segments (the smallest size that meets the cap) and a cold row used by
 two or more batches of a segment is stored once, in the segment's shared
@@ -22,7 +26,8 @@ times smaller as the codes are.
 Files: `X.packs` (batch regions, then segment regions), `X.packs.json` (the
 index: offsets, row counts, XXH3-64 of every region, which feature rows were
 packed), `X.packs.pos` (int32: per batch, the batch positions of its own rows,
-then of its shared rows and their slots in the segment region).
+then of its shared rows and their slots in the segment region, then of its
+recent rows, how many batches back each was read and its position there).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from ..units import parse_size
 from .placement import Placement
 
 PACKS_FORMAT = "diskgnn-packs"
-PACKS_VERSION = 2  # 2: the index names the feature rows packed (features, features_checksum)
+PACKS_VERSION = 3  # 2: the index names the feature rows packed; 3: rows served by the recent-rows tier
 
 
 @dataclass
@@ -59,8 +64,10 @@ class PackPlan:
 
     ids: np.ndarray  # every region's node ids, batch regions first, then segment regions
     starts: np.ndarray  # region r is ids[starts[r]:starts[r + 1]]; batch b's own region is region b
-    index: np.ndarray  # the .pos file: per batch, own positions, shared positions, their slots (int32)
+    index: np.ndarray  # the .pos file (int32; the module's docstring gives its layout)
     shared_rows: np.ndarray  # per batch: rows it takes from its segment region
+    recent_rows: np.ndarray  # per batch: rows the recent-rows tier serves
+    window: int  # batches back the recent-rows tier reaches; 0 = none
     segment_batches: int  # batches per segment; 0 = no segments
 
     @property
@@ -72,48 +79,112 @@ class PackPlan:
         return int(self.starts[-1])
 
     @property
-    def positions(self) -> tuple[list, list, list]:
-        """Per batch: own positions, shared positions, their slots (views of the index)."""
-        return split_index(self.index, np.diff(self.starts)[: self.shared_rows.size], self.shared_rows)
+    def positions(self) -> BatchRows:
+        return split_index(self.index, np.diff(self.starts)[: self.shared_rows.size], self.shared_rows,
+                           self.recent_rows, self.window)
 
 
-def split_index(index: np.ndarray, own_rows, shared_rows) -> tuple[list, list, list]:
-    """Per batch, views of a .pos index: own positions, shared positions, their slots."""
-    sizes = np.stack([np.asarray(own_rows, np.int64), shared_rows, shared_rows], 1).ravel()
-    parts = np.split(index, np.cumsum(sizes)[:-1]) if len(sizes) else []
-    return parts[0::3], parts[1::3], parts[2::3]
+@dataclass
+class BatchRows:
+    """Per batch, views of a .pos index: where its rows come from besides the memory tiers."""
+
+    own_pos: list[np.ndarray]  # positions of the rows in its own region
+    shared_pos: list[np.ndarray]  # positions of the rows its segment region holds
+    shared_slot: list[np.ndarray]  # their slots in that region
+    recent_pos: list[np.ndarray]  # positions of the rows an earlier batch read
+    recent_back: list[np.ndarray]  # how many batches back (1..window)
+    recent_slot: list[np.ndarray]  # their positions in that batch
+    window: int
 
 
-def _cold_rows(sample_file, placement: Placement, threads: int):
-    """Every batch's cold node ids, each batch's sorted, and their positions in their batch, flat, with
-    the batches' bounds.
+def split_index(index: np.ndarray, own_rows, shared_rows, recent_rows, window: int) -> BatchRows:
+    own_rows, shared_rows, recent_rows = (np.asarray(a, np.int64) for a in (own_rows, shared_rows, recent_rows))
+    sizes = np.stack([own_rows, shared_rows, shared_rows, recent_rows, recent_rows, recent_rows], 1).ravel()
+    if not sizes.size:
+        return BatchRows([], [], [], [], [], [], window)
+    parts = np.split(index, np.cumsum(sizes)[:-1])
+    return BatchRows(*(parts[k::6] for k in range(6)), window)
+
+
+def _bounds(sizes) -> np.ndarray:
+    starts = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=starts[1:])
+    return starts
+
+
+def _cold_rows(sample_file, placement: Placement, threads: int, window: int = 0):
+    """Every batch's rows that neither a memory tier nor (window > 0) the recent-rows tier serves: their
+    node ids, each batch's sorted, flat with the batches' bounds; and the .pos index without shared rows
+    (per batch: those rows' positions, then its recent rows' positions, batches back and slots there),
+    with each batch's count of recent rows.
 
     Counted first, then written into arrays of that size, so nothing is
-    concatenated or held per batch. In `threads` threads: numpy's lookups and
-    sorts release the GIL, and the plan was one core's work while the other
-    idled (0.2-0.3 s per million nodes on W1, rising from 2M to 16M nodes as
-    the tier table outgrows the caches).
+    concatenated or held per batch. Without a window, in `threads` threads:
+    numpy's lookups and sorts release the GIL, and the plan was one core's
+    work while the other idled (0.2-0.3 s per million nodes on W1). With one,
+    in batch order, through a table of the batch and position where each
+    node was last read.
     """
+    split, own, recent = _count(sample_file, placement, threads, window)
+    n = len(sample_file)
+    starts, index_starts = _bounds(own), _bounds(own + 3 * recent)
+    ids, index = np.empty(starts[-1], np.int64), np.empty(index_starts[-1], np.int32)
+
+    def fill(b: int) -> None:
+        nodes, p, r = split(b)
+        p = p[np.argsort(nodes[p])]
+        ids[starts[b]:starts[b + 1]] = nodes[p]
+        at = index_starts[b]
+        index[at:at + p.size] = p
+        if r is not None:
+            index[at + p.size:index_starts[b + 1]] = np.concatenate(r)
+
+    if window:
+        for b in range(n):
+            fill(b)
+    else:
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            list(pool.map(fill, range(n)))
+    return ids, starts, index, recent
+
+
+def pack_counts(sample_file, placement: Placement, threads: int, window: int = 0) -> tuple[int, int]:
+    """Rows an epoch's packs will hold (before any blow-up cap) and rows the recent-rows tier will serve."""
+    _, own, recent = _count(sample_file, placement, threads, window)
+    return int(own.sum()), int(recent.sum())
+
+
+def _count(sample_file, placement: Placement, threads: int, window: int):
+    """Per batch, the rows its own pack region holds and the rows the recent-rows tier serves, and the
+    function that splits a batch so (called in batch order where window > 0)."""
     placement.tier(np.empty(0, np.int64))  # builds the lookup table once, before the threads share it
     n = len(sample_file)
+    if window:
+        last = np.empty(0, np.int32)
 
-    def count(b: int) -> int:
-        return int(np.count_nonzero(placement.tier(sample_file[b].nodes) < 0))
-
-    with ThreadPoolExecutor(max(1, threads)) as pool:
-        starts = np.zeros(n + 1, np.int64)
-        np.cumsum(list(pool.map(count, range(n))), out=starts[1:])
-        ids, pos = np.empty(starts[-1], np.int64), np.empty(starts[-1], np.int32)
-
-        def fill(b: int) -> None:
+        def split(b: int):
+            nonlocal last
+            if b == 0:
+                last = np.full((2, placement.num_nodes), -(window + 1), np.int32)  # batch, position
             nodes = sample_file[b].nodes
-            p = np.flatnonzero(placement.tier(nodes) < 0)
-            p = p[np.argsort(nodes[p])]
-            ids[starts[b]:starts[b + 1]] = nodes[p]
-            pos[starts[b]:starts[b + 1]] = p
+            cold = np.flatnonzero(placement.tier(nodes) < 0)
+            back = b - last[0, nodes[cold]]
+            near = back <= window
+            recent = (cold[near], back[near], last[1, nodes[cold[near]]])
+            last[0, nodes], last[1, nodes] = b, np.arange(nodes.size, dtype=np.int32)
+            return nodes, cold[~near], recent
 
-        list(pool.map(fill, range(n)))
-    return ids, pos, starts
+        counts = [(a.size, r[0].size) for _, a, r in map(split, range(n))]
+    else:
+        def split(b: int):
+            nodes = sample_file[b].nodes
+            return nodes, np.flatnonzero(placement.tier(nodes) < 0), None
+
+        with ThreadPoolExecutor(max(1, threads)) as pool:
+            counts = [(a.size, 0) for _, a, _ in pool.map(split, range(n))]
+    own = np.array([c for c, _ in counts], np.int64).reshape(-1)
+    recent = np.array([r for _, r in counts], np.int64).reshape(-1)
+    return split, own, recent
 
 
 def _union(sorted_ids: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -134,20 +205,15 @@ def _segment_rows(cold_ids, size: int) -> int:
     return sum(_union(cold_ids[s: s + size])[0].size for s in range(0, len(cold_ids), size))
 
 
-def _bounds(sizes) -> np.ndarray:
-    starts = np.zeros(len(sizes) + 1, np.int64)
-    np.cumsum(sizes, out=starts[1:])
-    return starts
-
-
 def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | None = None,
-         threads: int = 1) -> PackPlan:
-    ids, pos, starts = _cold_rows(sample_file, placement, threads)
+         threads: int = 1, recent: int = 0) -> PackPlan:
+    ids, starts, index, recent_rows = _cold_rows(sample_file, placement, threads, recent)
     nb = len(starts) - 1
+    none = np.zeros(nb, np.int64)
     if max_blowup is None or ids.size <= max_blowup * num_nodes or not nb:
-        return PackPlan(ids, starts, pos, np.zeros(nb, np.int64), 0)
+        return PackPlan(ids, starts, index, none, recent_rows, recent, 0)
     cold_ids = [ids[a:b] for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())]
-    cold_pos = [pos[a:b] for a, b in zip(starts[:-1].tolist(), starts[1:].tolist())]
+    rows = split_index(index, np.diff(starts), none, recent_rows, recent)
     size = 2
     while _segment_rows(cold_ids, size) > max_blowup * num_nodes:
         if size >= nb:
@@ -156,7 +222,7 @@ def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | 
                                f"{nb} batches stores {least:.2f} x num_nodes rows (raise the cap "
                                f"or the cache budgets)")
         size = min(2 * size, nb)
-    own_ids, index, segments = [], [], []
+    own_ids, parts, segments = [], [], []
     for s in range(0, nb, size):
         members = range(s, min(s + size, nb))
         union, counts = _union([cold_ids[b] for b in members])
@@ -167,10 +233,12 @@ def plan(sample_file, placement: Placement, num_nodes: int, max_blowup: float | 
             in_shared = (slot < shared.size) & (shared[np.minimum(slot, shared.size - 1)] == cold_ids[b]) \
                 if shared.size else np.zeros(cold_ids[b].size, bool)
             own_ids.append(cold_ids[b][~in_shared])
-            index += [cold_pos[b][~in_shared], cold_pos[b][in_shared], slot[in_shared].astype(np.int32)]
+            pos = rows.own_pos[b]
+            parts += [pos[~in_shared], pos[in_shared], slot[in_shared].astype(np.int32),
+                      rows.recent_pos[b], rows.recent_back[b], rows.recent_slot[b]]
     regions = own_ids + segments
-    return PackPlan(np.concatenate(regions), _bounds([r.size for r in regions]), np.concatenate(index),
-                    np.array([index[i].size for i in range(1, len(index), 3)], np.int64), size)
+    return PackPlan(np.concatenate(regions), _bounds([r.size for r in regions]), np.concatenate(parts),
+                    np.array([parts[i].size for i in range(1, len(parts), 6)], np.int64), recent_rows, recent, size)
 
 
 def _default_threads() -> int:
@@ -179,10 +247,12 @@ def _default_threads() -> int:
 
 def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
                chunk_bytes: int = defaults.PACK_CHUNK_BYTES, memory_budget: int | str = defaults.PACK_BUDGET,
-               threads: int | None = None, features: FeatureSource | None = None) -> "PackFile":
+               threads: int | None = None, features: FeatureSource | None = None, recent: int = 0) -> "PackFile":
     """Writes the packs of one sample file; returns them opened.
 
-    `features`: the rows to pack (default: features.bin as stored). The native
+    `features`: the rows to pack (default: features.bin as stored). `recent`:
+    leave out the cold rows one of the `recent` batches before read (served by
+    the store's recent-rows tier; the batches must train in file order). The native
     packer (native/packer.h) reads them once, front to back, gathering with
     `threads` threads (default: the cores, at most defaults.PACK_MAX_THREADS).
     Memory: `memory_budget` (bytes, or a size such as "512MiB") for its
@@ -198,7 +268,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     if threads < 1:
         raise DiskgnnError(f"threads must be at least 1, got {threads}")
     start = time.perf_counter()
-    p = plan(sample_file, placement, dataset.num_nodes, max_blowup, threads)
+    p = plan(sample_file, placement, dataset.num_nodes, max_blowup, threads, recent)
     plan_s = time.perf_counter() - start
     sizes = np.diff(p.starts)
     offsets = _bounds([padded(int(n) * row) for n in sizes])
@@ -229,6 +299,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
         "features_checksum": source.checksum, "row_bytes": row, "num_batches": nb,
         "offsets": offsets.tolist(), "rows": sizes.tolist(),
         "shared_rows": p.shared_rows.tolist(), "segment_batches": p.segment_batches,
+        "recent_batches": p.window, "recent_rows": p.recent_rows.tolist(),
         "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index),
         "packed_rows": packed_rows, "blowup": packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
         "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
@@ -265,8 +336,10 @@ class PackFile:
             raise DiskgnnError(f"{pos_path}: missing or fails its checksum")
         self.rows = np.asarray(self.meta["rows"], dtype=np.int64)
         nb = self.meta["num_batches"]
-        self.own_pos, self.shared_pos, self.shared_slot = split_index(index, self.rows[:nb],
-                                                                      self.meta["shared_rows"])
+        self.batch_rows = split_index(index, self.rows[:nb], self.meta["shared_rows"], self.meta["recent_rows"],
+                                      self.meta["recent_batches"])
+        self.own_pos, self.shared_pos, self.shared_slot = (self.batch_rows.own_pos, self.batch_rows.shared_pos,
+                                                           self.batch_rows.shared_slot)
 
     @property
     def row_bytes(self) -> int:

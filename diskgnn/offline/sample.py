@@ -27,6 +27,7 @@ from ..data.files import guard_io, read_chunks, read_index, temp_path, write_ind
 from ..data.format import Dataset
 from ..errors import DiskgnnError
 
+SAMPLERS = ("neighbor", "labor")
 SAMPLES_FORMAT = "diskgnn-samples"
 SAMPLES_VERSION = 1
 
@@ -74,6 +75,41 @@ def parse_record(buf: memoryview | bytes, index: int) -> Batch:
         off += indices.nbytes
         blocks.append(Block(indptr, indices, n_dst, int(counts[h + 1])))
     return Batch(index, nodes, blocks, int(counts[0]))
+
+
+@dataclass(frozen=True)
+class Sampler:
+    """How batches are sampled, beside their fanouts and seed: node-wise uniform (`neighbor`) or LABOR-0
+    (`labor`), with layer dependency and batch dependency κ."""
+
+    kind: str = "neighbor"
+    layer_dependency: bool = False
+    batch_dependency: int = 1
+
+    def __post_init__(self):
+        if self.kind not in SAMPLERS:
+            raise DiskgnnError(f"sampler {self.kind!r}: expected one of {', '.join(SAMPLERS)}")
+        if self.batch_dependency < 1:
+            raise DiskgnnError(f"batch dependency {self.batch_dependency}: must be at least 1")
+        if self.kind != "labor" and (self.layer_dependency or self.batch_dependency > 1):
+            raise DiskgnnError("layer and batch dependency need the labor sampler")
+
+    def order_epoch(self, epoch: int) -> int:
+        """The epoch whose seed permutation `epoch` uses: its own, or under batch dependency one fixed for all,
+        walked in windows of κ batches."""
+        return epoch if self.batch_dependency == 1 else 0
+
+    def key(self, epoch: int, b: int, num_batches: int) -> int:
+        """Batch b's key: uniform sampling, its own random stream; LABOR, its step in the run's sequence of batches
+        (consecutive steps share variates under batch dependency)."""
+        return batch_key(epoch, b) if self.kind == "neighbor" else epoch * num_batches + b
+
+    def native(self) -> dict:
+        return {"labor": self.kind == "labor", "layer_dependency": self.layer_dependency,
+                "batch_dependency": self.batch_dependency}
+
+
+NEIGHBOR = Sampler()
 
 
 def epoch_seeds(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int) -> list[np.ndarray]:
@@ -157,17 +193,19 @@ def batch_key(epoch: int, b: int) -> int:
     return (epoch << 32) + b
 
 
-def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int, index: int = 0) -> Batch:
+def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int, index: int = 0,
+                 sampler: Sampler = NEIGHBOR) -> Batch:
     """One batch sampled now (online), identical to the record sample_epoch writes under the same key."""
     from .. import _native
 
-    rec = _native.sample_batches(graph, seeds, [0, len(seeds)], [key], list(fanouts), seed, threads)[0]
+    rec = _native.sample_batches(graph, seeds, [0, len(seeds)], [key], list(fanouts), seed, threads,
+                                 **sampler.native())[0]
     return parse_record(rec, index)
 
 
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
-                 max_batches: int | None = None) -> SampleFile:
+                 max_batches: int | None = None, sampler: Sampler = NEIGHBOR) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
     `max_batches` keeps the epoch's first batches only (runs that stop early
@@ -183,7 +221,9 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         raise DiskgnnError(f"batch size {batch_size}: must be at least 1")
     graph = graph or open_graph(dataset)
     seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
-    batches = epoch_seeds(seeds, batch_size, seed, epoch)[:max_batches]
+    batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
+    num_batches = len(batches)
+    batches = batches[:max_batches]
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)
     tmp = temp_path(out_path)
@@ -204,8 +244,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                 group = batches[g: g + defaults.SAMPLE_GROUP]
                 flat = np.concatenate(group) if group else np.empty(0, np.int64)
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
-                keys = [batch_key(epoch, g + i) for i in range(len(group))]
-                records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads)
+                keys = [sampler.key(epoch, g + i, num_batches) for i in range(len(group))]
+                records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads, **sampler.native())
                 if written is not None:
                     written.result()  # one group in flight: its records are the memory this holds
                 written = writer.submit(write, f, records)
@@ -223,6 +263,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "format": SAMPLES_FORMAT, "format_version": SAMPLES_VERSION,
         "dataset": dataset.manifest["manifest_checksum"],
         "fanouts": fanouts, "batch_size": batch_size, "seed": seed, "epoch": epoch,
+        "sampler": sampler.kind, "layer_dependency": sampler.layer_dependency,
+        "batch_dependency": sampler.batch_dependency,
         "num_batches": len(batches), "num_seeds": int(seeds.size),
         "offsets": offsets, "checksums": checksums, "file_bytes": offsets[-1],
     }

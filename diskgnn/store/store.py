@@ -4,7 +4,9 @@ over its threads.
 `start` walks the chain (store/tiers.py): each tier claims the positions it
 holds among those still unserved and starts fetching them (the pack read is
 submitted and returns at once, so several batches are in flight); `finish`
-waits and writes every host tier's rows into one (pinned, with CUDA) matrix;
+waits and writes every host tier's rows into one (pinned, with CUDA) matrix
+(in batch order: the pipeline's assemble stage is one thread, which the
+recent-rows tier relies on);
 `to_device` copies it to the device, fills the device tier's rows there and
 decodes the stored rows into the model's float32 input, so that only stored
 rows cross to the device. Each tier's hits and bytes are counted here.
@@ -21,7 +23,7 @@ from ..data.format import Dataset
 from ..errors import DiskgnnError
 from ..offline.pack import PackFile
 from ..offline.placement import Placement
-from .tiers import PackTier, PlacedTier, SegmentTier, TierStats, load_tiers
+from .tiers import PackTier, PlacedTier, RecentTier, SegmentTier, TierStats, load_tiers
 
 
 @dataclass
@@ -50,7 +52,8 @@ class FeatureStore:
         self.dtype = torch.from_numpy(np.empty(0, self.source.dtype)).dtype
         placed = tiers if tiers is not None else load_tiers(dataset, placement, device, backend, self.source)
         self.pack_tier = PackTier(packs, self.source, backend)
-        self.chain = [*placed, SegmentTier(packs, self.source), self.pack_tier]
+        recent = [RecentTier(packs, self.source, backend)] if packs.batch_rows.window else []
+        self.chain = [*placed, *recent, SegmentTier(packs, self.source), self.pack_tier]
         self.tier_stats = [TierStats(t.name) for t in self.chain]
         self._torch = torch
 
@@ -93,6 +96,8 @@ class FeatureStore:
             stats.bytes += positions.size * row
             if not tier.on_device:
                 tier.fill(batch, positions, state, rows)
+        for tier in self.chain:
+            tier.assembled(batch, rows)
         pending.host = out
         return pending
 

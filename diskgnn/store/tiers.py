@@ -2,9 +2,10 @@
 
 A batch's input rows are looked up tier by tier, fastest first: the memory
 tiers the placement filled (`PlacedTier`: the device cache with CUDA, the host
-cache), then the rows its segment shares with neighbouring batches through the
-page cache (`SegmentTier`), then its own pack region on disk (`PackTier`),
-which must hold whatever is left. Every tier has one interface: `claim` (which
+cache), then the rows the last batches already brought into memory
+(`RecentTier`), then the rows its segment shares with neighbouring batches
+through the page cache (`SegmentTier`), then its own pack region on disk
+(`PackTier`), which must hold whatever is left. Every tier has one interface: `claim` (which
 of the positions still unserved it holds, and the start of fetching them) and
 `fill` (write them into the batch's rows). A new kind of tier (the rows of the
 previous batches, another rank's rows) is one new class in the chain.
@@ -48,6 +49,9 @@ class Tier:
     def fill(self, batch, positions: np.ndarray, state, out) -> None:
         """Writes the claimed rows: out[positions] (a numpy array of host rows, or the device tensor)."""
         raise NotImplementedError
+
+    def assembled(self, batch, rows: np.ndarray) -> None:
+        """Sees a batch's finished host rows (the tiers that keep rows for later batches keep them here)."""
 
     def close(self) -> None:
         pass
@@ -101,6 +105,51 @@ def _held(positions: np.ndarray, size: int, todo: np.ndarray) -> np.ndarray:
     mask = np.zeros(size, dtype=bool)
     mask[positions] = True
     return mask[todo]
+
+
+class RecentTier(Tier):
+    """Rows one of the last batches (the pack index says which and where) already brought into memory: copied
+    from that batch's assembled rows, which this tier keeps for the pack's window of batches. Those rows are in
+    no pack region. The batches must come in file order; where the batch a row is due from was not assembled
+    in this pass (a pass that starts mid-epoch, after --resume), the row is read from the feature file."""
+
+    name = "recent"
+
+    def __init__(self, packs: PackFile, source: FeatureSource, backend: str):
+        self.packs, self.source, self.backend = packs, source, backend
+        self.rows = packs.batch_rows
+        self.window = self.rows.window
+        self._kept: dict[int, np.ndarray] = {}
+        self._reader = None
+
+    def claim(self, batch, todo):
+        pos = self.rows.recent_pos[batch.index]
+        if not pos.size:
+            return np.zeros(todo.size, dtype=bool), None
+        return _held(pos, batch.nodes.size, todo), None
+
+    def fill(self, batch, positions, state, out):
+        b, rows = batch.index, self.rows
+        pos, back, slot = rows.recent_pos[b], rows.recent_back[b], rows.recent_slot[b]
+        for w in np.unique(back):
+            mine = back == w
+            earlier = self._kept.get(b - int(w))
+            if earlier is not None:
+                out[pos[mine]] = earlier[slot[mine]]
+            else:
+                if self._reader is None:
+                    self._reader = FeatureReader(self.source, self.backend)
+                out[pos[mine]] = self._reader.gather(batch.nodes[pos[mine]]).numpy()
+
+    def assembled(self, batch, rows):
+        if self.window:
+            self._kept[batch.index] = rows
+            self._kept.pop(batch.index - self.window, None)
+
+    def close(self) -> None:
+        self._kept.clear()
+        if self._reader is not None:
+            self._reader.close()
 
 
 class SegmentTier(Tier):

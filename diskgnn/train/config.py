@@ -22,6 +22,7 @@ from ..data.quantize.spec import canonical_spec
 from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
 from ..io.reader import BACKENDS
 from ..nn.models import MODELS
+from ..offline.sample import SAMPLERS, Sampler
 from ..units import parse_size
 
 SAMPLING = ("offline", "replay", "online")
@@ -50,6 +51,17 @@ class TrainConfig:
         "help": "host cache tier budget (auto: half of what the budget leaves after the working set)"})
     device_cache: str = field(default="auto", metadata={
         "help": "device cache tier budget with CUDA (auto: a quarter of free device memory)"})
+    sampler: str = field(default="neighbor", metadata={
+        "help": "neighbor: node-wise uniform; labor: LABOR-0, one variate per vertex shared by a batch's seeds "
+                "(fewer distinct vertices per batch)", "choices": SAMPLERS})
+    layer_dependency: bool = field(default=False, metadata={
+        "help": "labor: the same variates for every layer of a batch"})
+    batch_dependency: int = field(default=1, metadata={
+        "help": "labor, κ: consecutive batches' variates drift and are renewed every K batches, so they sample "
+                "mostly the same vertices (1: independent batches)"})
+    recent_batches: str = field(default="auto", metadata={
+        "help": "rows the last N batches read are kept in memory and not packed again (auto: 1 with "
+                "--batch-dependency above 1, else 0)"})
     sampling: str = field(default="offline", metadata={
         "help": "offline: fresh samples each epoch, sampled and packed ahead; replay: one sampled epoch "
                 "replayed in a new order (DiskGNN); online: sampled during training, rows read directly",
@@ -96,6 +108,19 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     @property
+    def sampler_spec(self) -> Sampler:
+        return Sampler(self.sampler, self.layer_dependency, self.batch_dependency)
+
+    @property
+    def recent_window(self) -> int:
+        """Batches whose rows the recent-rows tier keeps (0 where the batches do not train in file order)."""
+        if self.sampling != "offline":
+            return 0
+        if self.recent_batches == "auto":
+            return 1 if self.batch_dependency > 1 else 0
+        return int(self.recent_batches)
+
+    @property
     def checkpoint_interval(self) -> tuple[str, float] | None:
         """("batches", N) or ("seconds", S) between mid-epoch checkpoints; None: at epoch ends only."""
         return _interval(self.checkpoint_every)
@@ -108,6 +133,13 @@ class TrainConfig:
                 raise UsageError(f"--{f.name.replace('_', '-')} {value}: expected one of {', '.join(choices)}"
                                  + closest(str(value), choices))
         self.checkpoint_interval  # noqa: B018 - refuses a bad value now, not an epoch in
+        if self.recent_batches != "auto" and not (self.recent_batches.isdigit() and int(self.recent_batches) <= 64):
+            raise UsageError(f"--recent-batches {self.recent_batches}: expected auto or a number of batches "
+                             "from 0 to 64")
+        if self.batch_dependency < 1:
+            raise UsageError(f"--batch-dependency {self.batch_dependency}: must be at least 1")
+        if self.sampler != "labor" and (self.layer_dependency or self.batch_dependency > 1):
+            raise UsageError("--layer-dependency and --batch-dependency need --sampler labor")
         fanouts = self.fanout_list
         if any(f == 0 or f < -1 for f in fanouts):
             raise UsageError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")

@@ -68,8 +68,9 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
     activations = activation_bytes(cfg.model, layers, dims, cfg.heads)
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
+    recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
     return (defaults.TRAIN_BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
-            + pack_plan_bytes(ds, cfg, rows))
+            + pack_plan_bytes(ds, cfg, rows) + recent)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
@@ -80,7 +81,8 @@ def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
     batches = -(-int(ds.split("train").size) // cfg.batch_size)
     if cfg.max_batches is not None:
         batches = min(batches, cfg.max_batches)
-    return defaults.PACK_PLAN_BYTES_PER_ROW * rows * batches
+    recent_table = 8 * ds.num_nodes if cfg.recent_window else 0  # the batch and position each node was last read
+    return defaults.PACK_PLAN_BYTES_PER_ROW * rows * batches + recent_table
 
 
 def resolve_device(cfg: TrainConfig) -> str:
@@ -123,8 +125,10 @@ class Plan:
     topology_bytes: int = 0
     topology_read_ahead: bool = False
     pack_memory: int = 0
+    recent_batches: int = 0  # the window of the recent-rows tier
     # known once epoch 0 is sampled and placed (placed())
     expected_hit_rates: dict[str, float] = field(default_factory=dict)
+    input_rows_per_batch: float = 0.0
     tier_rows_placed: dict[str, int] = field(default_factory=dict)
     samples_bytes_per_epoch: int = 0
     packs_bytes_per_epoch: int = 0
@@ -139,17 +143,21 @@ class Plan:
     def tier_rows(self) -> dict[str, int]:
         return {name: b // self.row_bytes for name, b in self.tiers.items()}
 
-    def placed(self, placement, samples_bytes: int, packs_bytes: int, copies: float, workdir, disk_free: int
-               ) -> "Plan":
-        """The plan with epoch 0's placement: expected hit rates, and the disk `copies` epochs' samples and
-        packs take at once, with headroom (refused with one line where the workdir's file system lacks it)."""
+    def placed(self, placement, samples_bytes: int, rows: dict, copies: float, workdir, disk_free: int) -> "Plan":
+        """The plan with epoch 0's placement and packs' rows (OfflineEpochs.epoch0_rows): expected hit rates of
+        the tiers, the recent-rows tier and the packs, and the disk `copies` epochs' samples and packs take at
+        once, with headroom (refused with one line where the workdir's file system lacks it)."""
+        packs_bytes = rows["pack_bytes"]
         disk = int(copies * (packs_bytes + samples_bytes) * defaults.DISK_HEADROOM)
         if disk > disk_free:
             raise DiskgnnError(f"{workdir}: needs ~{format_size(disk)} of disk for samples and packs, "
                                f"{format_size(disk_free)} free (use --workdir elsewhere, raise the "
                                "cache budgets or set --max-blowup)")
+        rates = dict(zip(placement.tier_names, placement.expected_hit_rates))
+        if self.recent_batches:
+            rates["recent"] = rows["recent_rows"] / max(1, rows["input_rows"])
         return dataclasses.replace(
-            self, expected_hit_rates=dict(zip(placement.tier_names, placement.expected_hit_rates)),
+            self, expected_hit_rates=rates, input_rows_per_batch=rows["input_rows_per_batch"],
             tier_rows_placed={n: int(ids.size) for n, ids in zip(placement.tier_names, placement.tier_ids)},
             samples_bytes_per_epoch=samples_bytes, packs_bytes_per_epoch=packs_bytes, disk_needed=disk,
             disk_free=disk_free)
@@ -189,8 +197,11 @@ class Plan:
     def placed_line(self, workdir) -> str:
         rates = self.expected_hit_rates
         return ("plan: expected hit rates "
-                + ", ".join(f"{n} {r:.1%} ({self.tier_rows_placed[n]:,} rows)" for n, r in rates.items())
-                + f", packs {1 - sum(rates.values()):.1%}; samples {format_size(self.samples_bytes_per_epoch)} and "
+                + ", ".join(f"{n} {r:.1%}" + (f" ({self.tier_rows_placed[n]:,} rows)" if n in self.tier_rows_placed
+                                              else f" (the last {self.recent_batches} batches' rows)")
+                            for n, r in rates.items())
+                + f", packs {1 - sum(rates.values()):.1%} of {self.input_rows_per_batch:,.0f} rows per batch; samples "
+                f"{format_size(self.samples_bytes_per_epoch)} and "
                 f"packs ~{format_size(self.packs_bytes_per_epoch)} per epoch; {format_size(self.disk_needed)} on "
                 f"disk at once, {format_size(self.disk_free)} free in {workdir}")
 
@@ -203,6 +214,7 @@ class Plan:
         if self.sampling != "online":
             d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
                      page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
+                     recent_batches=self.recent_batches, input_rows_per_batch=self.input_rows_per_batch,
                      packs_bytes_per_epoch=self.packs_bytes_per_epoch,
                      samples_bytes_per_epoch=self.samples_bytes_per_epoch, disk_needed_bytes=self.disk_needed)
         return d
@@ -225,6 +237,11 @@ def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host
                            f"exceed --memory-budget {cfg.memory_budget}")
     raise UsageError(f"--memory-budget {cfg.memory_budget} is too small: this run's working set needs "
                        f"about {format_size(smallest)} (lower --batch-size or --fanouts, or raise the budget)")
+
+
+def _sampler_text(cfg: TrainConfig) -> str:
+    return ", ".join(["labor"] + (["layer dependency"] if cfg.layer_dependency else [])
+                     + ([f"batch dependency {cfg.batch_dependency}"] if cfg.batch_dependency > 1 else []))
 
 
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str) -> Plan:
@@ -255,8 +272,9 @@ def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str)
         raw_row_bytes=ds.row_bytes, working_set=need,
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
         or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers,
-        workload=f"sampling {cfg.sampling}; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, "
-                 f"hidden {cfg.hidden})")
+        workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
+                 + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})",
+        recent_batches=cfg.recent_window)
     if cfg.sampling == "online":
         return plan
     # What the budget leaves to the page cache goes first to the topology (read ahead only where it

@@ -62,6 +62,8 @@ class Run:
         if self.ds.num_classes < 2:
             raise DiskgnnError(f"{self.data}: needs at least 2 classes to train a classifier")
         self.stage_times: dict[str, StageTime] = {}
+        # Summed over the trained batches: input rows, and each layer's destinations (input layer first).
+        self.trained = {"batches": 0, "input_rows": 0, "destinations": []}
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
         self.read_depth: int | None = None  # the plan's, from --read-depth and the budget
@@ -83,10 +85,11 @@ class Run:
                                     batch_size=cfg.batch_size, seed=cfg.seed, replay=cfg.sampling == "replay",
                                     max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=plan.pack_memory,
                                     max_batches=cfg.max_batches, features=self.source,
-                                    read_ahead=plan.topology_read_ahead)
+                                    read_ahead=plan.topology_read_ahead, sampler=cfg.sampler_spec,
+                                    recent=plan.recent_batches)
         placement = self.epochs.plan_placement(list(plan.tiers.items()))
         copies = disk_copies(cfg, *(int(ds.split(s).size) for s in ("train", "val", "test")))
-        plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.cold_bytes(), copies, self.workdir,
+        plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.epoch0_rows(), copies, self.workdir,
                            shutil.disk_usage(self.workdir).free)
         print(plan.placed_line(self.workdir))
         if cfg.eval == "sampled":
@@ -104,7 +107,8 @@ class Run:
         if cfg.sampling == "online":
             return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
-                                read_depth=self.read_depth, backend=cfg.backend, features=self.source)
+                                read_depth=self.read_depth, backend=cfg.backend, features=self.source,
+                                sampler=cfg.sampler_spec)
         files = self.epochs.files(epoch)
         return self._offline_loader(files)
 
@@ -119,7 +123,8 @@ class Run:
         if cfg.sampling == "online":
             return OnlineLoader(self.ds, seeds, fanouts=cfg.eval_fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=EVAL_EPOCH[split], labels=self.labels, device=self.device,
-                                read_depth=self.read_depth, backend=cfg.backend, features=self.source)
+                                read_depth=self.read_depth, backend=cfg.backend, features=self.source,
+                                sampler=cfg.sampler_spec)
         return self._offline_loader(self.eval_files[split])
 
     # -- one pass -------------------------------------------------------------------------------
@@ -129,6 +134,18 @@ class Run:
             acc.busy_s += t.busy_s
             acc.wait_s += t.wait_s
             acc.items += t.items
+
+    def _count(self, work) -> None:
+        t = self.trained
+        t["batches"] += 1
+        t["input_rows"] += int(work.x.shape[0])
+        dst = [b.num_dst for b in work.blocks]
+        t["destinations"] = [a + b for a, b in zip(t["destinations"], dst)] if t["destinations"] else dst
+
+    def rows_per_batch(self) -> dict:
+        """Mean input rows and destinations per layer (input layer first) of the batches trained."""
+        n = max(1, self.trained["batches"])
+        return {"input": self.trained["input_rows"] / n, "destinations": [d / n for d in self.trained["destinations"]]}
 
     def train_epoch(self, model, optimizer, loader, order, state: EpochState,
                     checkpoint: Callable[[EpochState], None] | None = None) -> list:
@@ -154,6 +171,7 @@ class Run:
                 loss.backward()
                 optimizer.step()
                 state.next_batch = i + 1
+                self._count(work)
                 state.loss_sum += loss.item() * work.labels.numel()
                 state.seen += work.labels.numel()
                 bar.update(1)

@@ -1,5 +1,6 @@
 // Description: sampled blocks hold real, distinct neighbours, min(fanout, degree)
-// of them, and the output is identical for 1 and 3 threads.
+// of them, and the output is identical for 1 and 3 threads; for node-wise
+// uniform sampling and for LABOR (with and without layer and batch dependency).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -63,9 +64,18 @@ int main() {
     keys.push_back(static_cast<uint64_t>(b));
   }
   const std::vector<int64_t> fanouts{5, -1, 3};
-  auto one = diskgnn::sample_batches(g, seeds.data(), offsets, keys, fanouts, 42, 1);
-  auto three = diskgnn::sample_batches(g, seeds.data(), offsets, keys, fanouts, 42, 3);
-  auto other = diskgnn::sample_batches(g, seeds.data(), offsets, keys, fanouts, 43, 2);
+  for (int mode = 0; mode < 4; ++mode) {  // uniform; LABOR; LABOR with layer dependency; LABOR with κ = 4
+  diskgnn::sampling_options o;
+  o.fanouts = fanouts;
+  o.seed = 42;
+  o.labor = mode > 0;
+  o.layer_dependency = mode == 2;
+  o.batch_dependency = mode == 3 ? 4 : 1;
+  diskgnn::sampling_options o43 = o;
+  o43.seed = 43;
+  auto one = diskgnn::sample_batches(g, seeds.data(), offsets, keys, o, 1);
+  auto three = diskgnn::sample_batches(g, seeds.data(), offsets, keys, o, 3);
+  auto other = diskgnn::sample_batches(g, seeds.data(), offsets, keys, o43, 2);
   CHECK(one.size() == 9);
   bool any_difference = false;
   for (size_t b = 0; b < one.size(); ++b) {
@@ -107,10 +117,13 @@ int main() {
     CHECK((off + 7) / 8 * 8 == r.size());
   }
   CHECK(any_difference);
+  }
+  diskgnn::sampling_options o;
+  o.fanouts = fanouts;
   bool threw = false;
   std::vector<int64_t> bad{0, 0};
   try {
-    diskgnn::sample_batches(g, bad.data(), {0, 2}, {0}, fanouts, 1, 1);
+    diskgnn::sample_batches(g, bad.data(), {0, 2}, {0}, o, 1);
   } catch (const std::exception&) {
     threw = true;
   }

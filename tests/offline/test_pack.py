@@ -64,7 +64,8 @@ def test_plan_holds_each_batchs_uncached_rows_sorted_with_their_positions(epoch,
     placement = place(counts, ds.row_bytes, [("host", int(0.2 * ds.num_nodes * ds.row_bytes))])
     cached = set(placement.tier_ids[0].tolist())
     p = plan(sf, placement, ds.num_nodes, threads=threads)
-    own_pos, shared_pos, _ = p.positions
+    rows = p.positions
+    own_pos, shared_pos = rows.own_pos, rows.shared_pos
     assert len(p.regions) == len(own_pos) == len(sf) and 0 < len(cached) < ds.num_nodes
     assert p.segment_batches == 0 and all(s.size == 0 for s in shared_pos)
     for b, batch in enumerate(sf):
@@ -172,7 +173,9 @@ def test_plan_and_packs_hold_their_rows_in_flat_arrays_and_the_index_mapped(tmp_
     p = plan(sf, placement, ds.num_nodes, max_blowup)
     assert (p.segment_batches > 0) == (max_blowup is not None)
     assert all(np.shares_memory(r, p.ids) for r in p.regions if r.size)
-    assert all(np.shares_memory(a, p.index) for part in p.positions for a in part if a.size)
+    rows = p.positions
+    assert all(np.shares_memory(a, p.index) for part in (rows.own_pos, rows.shared_pos, rows.shared_slot)
+               for a in part if a.size)
     packs = pack_epoch(ds, sf, placement, tmp_path / "e.packs", max_blowup=max_blowup)
     mapped = [a for part in (packs.own_pos, packs.shared_pos, packs.shared_slot) for a in part if a.size]
     assert mapped and all(isinstance(a.base, np.memmap) or isinstance(a, np.memmap) for a in mapped)

@@ -102,3 +102,36 @@ def test_blowup_cap_shares_rows_between_batches(tmp_path):
     assert sum(capped.meta["shared_rows"]) > 0
     with pytest.raises(DiskgnnError, match="--max-blowup 0.01 cannot be met"):
         pack_epoch(ds, sf, placement, tmp_path / "never.packs", max_blowup=0.01)
+
+
+@pytest.mark.parametrize("nodes,dim,dtype", CASES)
+@pytest.mark.parametrize("window", [1, 3])
+@pytest.mark.parametrize("max_blowup", [None, 1.2])
+def test_recent_rows_are_not_packed_again_and_assemble_to_the_oracle(tmp_path, nodes, dim, dtype, window,
+                                                                       max_blowup):
+    """LABOR with batch dependency: rows one of the last `window` batches read are served from its assembled
+    rows, not packed; every batch still equals numpy indexing, in file order and in a pass that starts
+    mid-epoch (its first batches' earlier rows were never assembled: read from the features instead)."""
+    from diskgnn.offline.sample import Sampler
+
+    ds = make_dataset(tmp_path, nodes, dim, dtype)
+    features = np.asarray(ds.features)
+    sf = sample_epoch(ds, tmp_path / "e.samples", fanouts=[3, 2], batch_size=4, seed=0, epoch=0,
+                      sampler=Sampler("labor", layer_dependency=True, batch_dependency=16))
+    placement = place(access_counts([sf], ds.num_nodes), ds.row_bytes, [("host", 5 * ds.row_bytes)])
+    plain = pack_epoch(ds, sf, placement, tmp_path / "plain.packs", max_blowup=max_blowup)
+    packs = pack_epoch(ds, sf, placement, tmp_path / "recent.packs", recent=window, max_blowup=max_blowup)
+    served = sum(p.size for p in packs.batch_rows.recent_pos)
+    assert served > 0
+    if max_blowup is None:
+        assert packs.meta["packed_rows"] == plain.meta["packed_rows"] - served
+    else:
+        assert packs.meta["blowup"] <= max_blowup
+    for start in (0, len(sf) // 2):
+        store = FeatureStore(ds, placement, PackFile(packs.path))
+        assert [t.name for t in store.chain] == ["host", "recent", "page_cache", "disk"]
+        for b in range(start, len(sf)):
+            np.testing.assert_array_equal(store.load(sf[b]).numpy(), features[sf[b].nodes].astype(np.float32))
+        hits = {s.name: s.hits for s in store.stats()}
+        assert hits["recent"] == sum(packs.batch_rows.recent_pos[b].size for b in range(start, len(sf)))
+        store.close()

@@ -144,11 +144,17 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     plan = make_plan(ds, feature_source(ds), config(train_data, tmp_path), "cpu")
     counts = np.arange(ds.num_nodes, dtype=np.int32)
     placement = place(counts, ds.row_bytes, list(plan.tiers.items()))
-    placed = plan.placed(placement, 1000, 3000, 2.5, tmp_path, disk_free=1 << 30)
+    rows = {"pack_bytes": 3000, "input_rows": 500, "recent_rows": 100, "input_rows_per_batch": 50.0}
+    placed = plan.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=1 << 30)
     assert placed.disk_needed == 10_500 and set(placed.expected_hit_rates) == {"host"}  # 5 % headroom
-    assert "10.3 KiB on disk at once" in placed.placed_line(tmp_path)
+    line = placed.placed_line(tmp_path)
+    assert "10.3 KiB on disk at once" in line and "of 50 rows per batch" in line
     with pytest.raises(DiskgnnError, match="needs ~10.3 KiB of disk"):
-        plan.placed(placement, 1000, 3000, 2.5, tmp_path, disk_free=10_000)
+        plan.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=10_000)
+    recent = make_plan(ds, feature_source(ds), config(train_data, tmp_path, sampler="labor", batch_dependency=8), "cpu")
+    assert recent.recent_batches == 1 and recent.working_set > plan.working_set
+    line = recent.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=1 << 30).placed_line(tmp_path)
+    assert "recent 20.0% (the last 1 batches' rows)" in line
 
 
 def test_disk_copies_count_only_the_batches_a_run_makes(train_data, tmp_path):

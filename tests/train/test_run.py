@@ -43,6 +43,22 @@ def test_same_seed_same_result_and_online_sampling_sees_the_same_batches(train_d
     assert online["val_acc"] == a["val_acc"]
 
 
+def test_labor_with_batch_dependency_trains_the_same_with_and_without_the_recent_rows_tier(train_data, tmp_path):
+    """The recent-rows tier changes where rows come from, never their values: the same samples trained with
+    it (auto: the last batch's rows) and without it (--recent-batches 0) give the same losses, bit for bit,
+    and online sampling sees the same LABOR batches."""
+    kw = dict(sampler="labor", layer_dependency=True, batch_dependency=8, epochs=2, batch_size=16)
+    kept = train(config(train_data, tmp_path / "k", **kw))
+    packed = train(config(train_data, tmp_path / "p", recent_batches="0", **kw))
+    online = train(config(train_data, tmp_path / "o", sampling="online", **kw))
+    assert kept["plan"]["recent_batches"] == 1 and packed["plan"]["recent_batches"] == 0
+    assert kept["tiers"]["recent"]["hits"] > 0 and "recent" not in packed["tiers"]
+    assert kept["train_loss"] == packed["train_loss"] and kept["test_acc"] == packed["test_acc"]
+    assert kept["tiers"]["disk"]["hits"] < packed["tiers"]["disk"]["hits"]
+    assert online["train_loss"] == pytest.approx(kept["train_loss"], rel=1e-5) and online["val_acc"] == kept["val_acc"]
+    assert kept["test_acc"] > 0.6  # chance: 0.25
+
+
 def test_resume_continues_to_the_same_result(train_data, tmp_path):
     straight = train(config(train_data, tmp_path / "s", epochs=3))
     train(config(train_data, tmp_path / "r", epochs=2))
