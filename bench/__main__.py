@@ -6,7 +6,7 @@
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "accuracy", "faults", "budget"]
+BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "dependent", "accuracy", "faults", "budget"]
 
 
 def main(argv=None) -> None:

@@ -4,7 +4,8 @@
                              [--seeds 5] [--pause-while FILE]
     python -m bench.accuracy --study quantized [--datasets ...,synthetic] [--features fp32,sq1,...]
                              [--seeds 3] [--pause-while FILE]
-    python -m bench.accuracy [--study quantized] --smoke     # Cora, 1 seed, 3 epochs: for the test suite
+    python -m bench.accuracy --study sampler [--datasets ...,synthetic] [--settings "neighbor;labor;..."]
+    python -m bench.accuracy [--study quantized|sampler] --smoke     # Cora, 1 seed, 3 epochs: the test suite
 
 The reference study (the default): for every dataset x model x seed it trains
 three times with the same hyper-parameters and the same initial weights:
@@ -21,6 +22,12 @@ GraphSAGE offline with `--features fp32` and each variant, seeds 0..N-1, and
 compares each variant's mean test accuracy with fp32's. The bounds, averaged
 over the four real datasets: sq8 and lin8 each lose <= 0.3 points, and the
 best setting of at least 30x compression loses <= 1.0 point.
+
+The sampler study (issue 22): for every dataset (the four real ones and
+train's synthetic default) it trains GraphSAGE offline with neighbour
+sampling and with each LABOR setting (layer dependency, batch dependency κ),
+seeds 0..N-1, and compares each setting's test accuracy with neighbour
+sampling's, paired by seed.
 
 Datasets are prepared once into --workdir/data (the variants beside their
 features); results go to bench/results/accuracy[-quantized].json and the
@@ -57,7 +64,7 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.train.config import TrainConfig
 from diskgnn.train.loop import train, versions
 
-from .common import machine_info, write_json
+from .common import machine_info, marked_section, write_json, write_section
 from .reference import load, reference_train
 
 REPO = Path(__file__).resolve().parents[1]
@@ -145,6 +152,19 @@ MIN_RATIO = 30.0
 SPARSE_BOUND = 1.0  # issue 20: points a quantizer may lose on the sparse dataset, unless its fit is refused
 QUANT_MARKERS = ("<!-- bench.accuracy --study quantized: begin -->", "<!-- bench.accuracy --study quantized: end -->")
 
+# The sampler study (issue 22): neighbour sampling against LABOR, with layer dependency and batch dependency κ,
+# GraphSAGE offline, the same seeds; a setting is the TrainConfig fields it sets.
+SAMPLER_SETTINGS = {
+    "neighbor": {},
+    "labor": dict(sampler="labor"),
+    "labor + layer dep.": dict(sampler="labor", layer_dependency=True),
+    "labor + layer dep., κ=4": dict(sampler="labor", layer_dependency=True, batch_dependency=4),
+    "labor + layer dep., κ=64": dict(sampler="labor", layer_dependency=True, batch_dependency=64),
+    "labor + layer dep., κ=256": dict(sampler="labor", layer_dependency=True, batch_dependency=256),
+}
+SAMPLER_DATASETS = (*DATASETS, SYNTHETIC)
+SAMPLER_MARKERS = ("<!-- bench.accuracy --study sampler: begin -->", "<!-- bench.accuracy --study sampler: end -->")
+
 
 def wait_while(flag: Path | None) -> None:
     """Waits while `flag` exists (another job on this machine asks for quiet while it times)."""
@@ -228,16 +248,16 @@ def _relative_error(fit: dict | None) -> float:
 
 
 def diskgnn_run(data: Path, model: str, seed: int, epochs: int, mode: str, host_fraction: float, workdir: Path,
-                log: Path, features: str = "fp32", **limits) -> dict:
+                log: Path, features: str = "fp32", **options) -> dict:
     """One diskgnn.train run in this process; its output goes to `log`, its workdir is removed after.
-    `limits`: max_batches / eval_max_batches."""
+    `options`: more TrainConfig fields (max_batches / eval_max_batches, the sampler's)."""
     ds = open_dataset(data)
     # The tier's share is of the rows the run moves: code rows for a quantized variant.
     row_bytes = feature_source(ds, features).row_bytes
     cfg = TrainConfig(data=str(data), model=model, fanouts=FANOUTS, batch_size=BATCH_SIZE, epochs=epochs,
                       seed=seed, sampling=mode, workdir=str(workdir), progress=False, backend=BACKEND,
                       memory_budget=MEMORY_BUDGET, features=features, force_features=True,
-                      host_cache=str(int(host_fraction * ds.num_nodes * row_bytes)), **HPARAMS, **limits)
+                      host_cache=str(int(host_fraction * ds.num_nodes * row_bytes)), **HPARAMS, **options)
     cfg.validate()
     start = time.perf_counter()
     with open(log, "w") as f, contextlib.redirect_stdout(f):
@@ -349,25 +369,6 @@ Datasets (`diskgnn.prepare --undirected --drop-self-loops`, from `../shared/data
 
 {ds_lines}
 """
-
-
-def marked_section(text: str, markers: tuple[str, str]) -> str:
-    """The part of `text` from markers[0] to markers[1], both included ("" when absent)."""
-    begin, end = markers
-    if begin not in text or end not in text.split(begin, 1)[1]:
-        return ""
-    return begin + text.split(begin, 1)[1].split(end, 1)[0] + end
-
-
-def write_section(path: Path, body: str, markers: tuple[str, str]) -> None:
-    """Replaces the marked part of `path` with `body` between the markers, or appends it; the rest of the
-    file stays as it is."""
-    old = path.read_text() if path.exists() else ""
-    block = f"{markers[0]}\n{body.strip()}\n{markers[1]}"
-    current = marked_section(old, markers)
-    new = old.replace(current, block, 1) if current else old.rstrip("\n") + ("\n\n" if old.strip() else "") + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new.rstrip("\n") + "\n")
 
 
 def quantized_aggregate(runs: list[dict], variants: dict[str, dict], datasets: dict[str, dict]) -> list[dict]:
@@ -522,8 +523,139 @@ def _quantized_runs(args, names, features, work, out, info, command, pause, shar
     return result
 
 
+def sampler_study(args, names: list[str], settings: list[str], work: Path, out: Path, md: Path, info: dict,
+                  command: str) -> dict:
+    """Every dataset x setting x seed trained offline (GraphSAGE, the quantized study's hyper-parameters);
+    each setting's test accuracy against neighbour sampling's, paired by seed."""
+    pause = Path(args.pause_while) if args.pause_while else None
+    seeds = list(range(args.seeds))
+    start = time.perf_counter()
+    runs: list[dict] = []
+    datasets: dict[str, dict] = {}
+    result: dict = {}
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"))) \
+            if args.jobs > 1 else None
+        for name in names:
+            try:
+                data = prepared(name, Path(args.shared), work / "data")
+            except DiskgnnError as e:
+                raise SystemExit(f"bench.accuracy: {e}") from None
+            ds = open_dataset(data)
+            spec = dataset_spec(name)
+            limits = SYNTHETIC_LIMITS if name == SYNTHETIC else {}
+            epochs = args.epochs or spec.epochs
+            datasets[name] = {"nodes": ds.num_nodes, "edges": ds.num_edges, "epochs": epochs, "limits": limits,
+                              "split": spec.split_note, "train_batches": -(-int(ds.split("train").size) // BATCH_SIZE)}
+            tasks = []
+            for setting in settings:
+                for seed in seeds:
+                    tag = f"{name}-{QUANT_MODEL}-{setting_slug(setting)}-seed{seed}"
+                    tasks.append(dict(pause=pause, data=data, model=QUANT_MODEL, seed=seed, epochs=epochs,
+                                      mode="offline", host_fraction=args.host_cache_fraction,
+                                      workdir=work / "runs" / tag, log=work / "logs" / f"{tag}.log",
+                                      **limits, **SAMPLER_SETTINGS[setting]))
+            done = pool.map(_paused_run, tasks) if pool else map(_paused_run, tasks)
+            for i, summary in enumerate(done):
+                setting, seed = settings[i // len(seeds)], seeds[i % len(seeds)]
+                runs.append({"dataset": name, "setting": setting, "seed": seed, **summary})
+                if seed == seeds[-1]:
+                    mine = runs[-len(seeds):]
+                    print(f"{name} {setting}: test acc " + " ".join(f"{100 * r['test_acc']:.1f}" for r in mine)
+                          + f" ({sum(r['wall_s'] for r in mine):.0f} s)", flush=True)
+            rows = sampler_aggregate(runs)
+            result = {"benchmark": "accuracy-sampler", "machine": info, "versions": versions(), "command": command,
+                      "torch_threads": torch.get_num_threads(), "device": runs[-1]["device"], "seeds": seeds,
+                      "model": QUANT_MODEL, "settings": {k: SAMPLER_SETTINGS[k] for k in settings},
+                      "hyperparameters": {**HPARAMS, "layers": 2, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
+                                          "host_cache_fraction": args.host_cache_fraction, "backend": BACKEND},
+                      "datasets": datasets, "runs": runs, "aggregate": rows, "smoke": args.smoke,
+                      "wall_s": time.perf_counter() - start}
+            write_json(out, result)  # after every dataset: a long run that stops keeps what it measured
+    write_section(md, sampler_markdown(result), SAMPLER_MARKERS)
+    print(sampler_table(result["aggregate"]))
+    print(f"wrote {md}")
+    return result
+
+
+def setting_slug(setting: str) -> str:
+    return "".join(c for c in setting.replace("κ=", "k") if c.isalnum()) or "setting"
+
+
+def sampler_aggregate(runs: list[dict]) -> list[dict]:
+    """Per dataset and setting: test accuracy, and its change against neighbour sampling in points (paired by
+    seed: the same initial weights; the batches differ by the sampler alone)."""
+    rows = []
+    for dataset in dict.fromkeys(r["dataset"] for r in runs):
+        base = {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == dataset and r["setting"] == "neighbor"}
+        for setting in dict.fromkeys(r["setting"] for r in runs if r["dataset"] == dataset):
+            acc = {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == dataset and r["setting"] == setting}
+            row = {"dataset": dataset, "setting": setting, "test": _stats(list(acc.values())), "delta": None,
+                   "delta_se": None}
+            seeds = sorted(set(acc) & set(base))
+            if seeds:
+                diff = 100 * np.array([acc[s] - base[s] for s in seeds])
+                row["delta"] = float(diff.mean())
+                row["delta_se"] = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
+            rows.append(row)
+    return rows
+
+
+def sampler_table(rows: list[dict]) -> str:
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    cell = {(r["dataset"], r["setting"]): r for r in rows}
+    lines = ["| setting | " + " | ".join(datasets) + " | largest loss |", "|---" * (len(datasets) + 2) + "|"]
+    for setting in settings:
+        cells, losses = [], []
+        for d in datasets:
+            r = cell.get((d, setting))
+            if r is None:
+                cells.append("—")
+                continue
+            text = _pm(r["test"])
+            if setting != "neighbor" and r["delta"] is not None:
+                text += f" ({_delta(r)})"
+                losses.append(-r["delta"])
+            cells.append(text)
+        worst = f"{max(losses):.2f}" if losses else "—"
+        lines.append(f"| {setting} | " + " | ".join(cells) + f" | {worst} |")
+    return "\n".join(lines)
+
+
+def sampler_markdown(result: dict) -> str:
+    hp = result["hyperparameters"]
+    ds_lines = [f"- {name}: {d['nodes']:,} nodes, {d['epochs']} epochs of {d['train_batches']} batch(es)"
+                + (f" (cut to {d['limits']['max_batches']} batches, evaluated on {d['limits']['eval_max_batches']})"
+                   if d["limits"] else "") + f"; {d['split']}" for name, d in result["datasets"].items()]
+    kappa64 = [r for r in result["aggregate"] if r["delta"] is not None and r["setting"] != "neighbor"
+               and SAMPLER_SETTINGS.get(r["setting"], {}).get("batch_dependency", 1) <= 64]
+    worst = min(kappa64, key=lambda r: r["delta"]) if kappa64 else None
+    verdict = (f"Largest loss of any setting with κ ≤ 64: {-worst['delta']:.2f} points ({worst['setting']} on "
+               f"{worst['dataset']})." if worst else "No setting with κ ≤ 64 was run.")
+    return f"""## Samplers: neighbour sampling against LABOR, layer and batch dependency (issue 22)
+
+`{result['command']}`; {len(result['runs'])} runs in {result['wall_s'] / 60:.1f} min; GraphSAGE offline, hidden
+{hp['hidden']}, fanouts {hp['fanouts']}, batch {hp['batch_size']}, lr {hp['lr']}, dropout {hp['dropout']}, seeds
+{", ".join(map(str, result['seeds']))}; the host tier holds {hp['host_cache_fraction']:.0%} of the rows. Test
+accuracy (%) mean ± std over the seeds; in brackets the change against neighbour sampling in points, mean ± its
+standard error, paired by seed (same initial weights and dropout; the batches differ by the sampler). With κ > 1
+every epoch walks the same permutation of the train nodes in windows of κ batches (the variates drift from batch
+to batch and across epochs); where an epoch is cut to its first batches (synthetic) it trains the same seeds
+every epoch.
+
+{sampler_table(result['aggregate'])}
+
+{verdict}
+
+Datasets:
+
+{chr(10).join(ds_lines)}
+"""
+
+
 def _delta(r: dict) -> str:
-    if r["features"] == RAW_FEATURES:
+    if r.get("features") == RAW_FEATURES or r.get("setting") == "neighbor":
         return "(baseline)"
     se = f" ({r['delta_se']:.2f})" if r["delta_se"] is not None else ""
     return f"{r['delta']:+.2f}{se}"
@@ -733,9 +865,13 @@ Datasets (the real ones prepared as above, coauthor_cs_sum1 also with `--normali
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--study", choices=("reference", "quantized"), default="reference",
+    ap.add_argument("--study", choices=("reference", "quantized", "sampler"), default="reference",
                     help="reference: diskgnn.train against the in-memory reference; quantized: fp32 against "
-                         "each quantized variant (issue 7)")
+                         "each quantized variant (issue 7); sampler: neighbour sampling against LABOR and "
+                         "dependent minibatches (issue 22)")
+    ap.add_argument("--settings",
+                    help="sampler study: settings to run, separated by ';' (default all; neighbor, the baseline, "
+                         "is added when missing), from: " + "; ".join(SAMPLER_SETTINGS))
     ap.add_argument("--datasets", help="comma-separated, from " + ", ".join(QUANT_DATASETS) + " (default: "
                     + ", ".join(DATASETS) + f"; the quantized study adds {SYNTHETIC}, train's built-in dataset)")
     ap.add_argument("--models", help="reference study: comma-separated, from sage, gcn, gat (default sage,gcn); "
@@ -761,17 +897,23 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="cora, 1 seed, 3 epochs (for the test suite); the "
                                                          "quantized study with fp32, sq16 and sq1")
     args = ap.parse_args(argv)
-    quantized = args.study == "quantized"
+    quantized, sampler = args.study == "quantized", args.study == "sampler"
     if args.smoke:
         args.datasets, args.seeds, args.epochs = "cora", 1, args.epochs or 3
         if quantized:
             args.features = "fp32,sq16,sq1"
-    known = QUANT_DATASETS if quantized else tuple(DATASETS)
+        args.settings = args.settings or "neighbor;labor + layer dep., κ=4"
+    known = QUANT_DATASETS if quantized else SAMPLER_DATASETS if sampler else tuple(DATASETS)
     names = (args.datasets or ",".join(known)).split(",")
-    if quantized and args.models is not None:
-        raise SystemExit(f"bench.accuracy: --models is for the reference study; the quantized study trains "
+    if (quantized or sampler) and args.models is not None:
+        raise SystemExit(f"bench.accuracy: --models is for the reference study; the {args.study} study trains "
                          f"{QUANT_MODEL}")
-    models = [QUANT_MODEL] if quantized else (args.models or "sage,gcn").split(",")
+    chosen = args.settings.split(";") if args.settings else SAMPLER_SETTINGS
+    settings = list(dict.fromkeys(["neighbor", *(t.strip() for t in chosen if t.strip())]))
+    if sampler and set(settings) - set(SAMPLER_SETTINGS):
+        raise SystemExit(f"bench.accuracy: --settings: unknown {sorted(set(settings) - set(SAMPLER_SETTINGS))}; "
+                         "choose from " + "; ".join(SAMPLER_SETTINGS))
+    models = [QUANT_MODEL] if quantized or sampler else (args.models or "sage,gcn").split(",")
     unknown = [n for n in names if n not in known] + [m for m in models if m not in ("sage", "gcn", "gat")]
     if unknown:
         raise SystemExit(f"bench.accuracy: unknown dataset(s) or model(s) {unknown}; datasets: "
@@ -781,12 +923,12 @@ def main(argv=None) -> dict:
     except DiskgnnError as e:
         raise SystemExit(f"bench.accuracy: --features: {e}") from None
     if args.seeds is None:
-        args.seeds = QUANT_SEEDS if quantized else 5
+        args.seeds = QUANT_SEEDS if quantized or sampler else 5
     if args.seeds < 1 or (args.epochs is not None and args.epochs < 1) or args.jobs < 1:
         raise SystemExit("bench.accuracy: --seeds, --epochs and --jobs must be at least 1")
     if not 0 <= args.host_cache_fraction <= 1:
         raise SystemExit(f"bench.accuracy: --host-cache-fraction {args.host_cache_fraction}: must be in [0, 1]")
-    suffix = ("-quantized" if quantized else "") + ("-smoke" if args.smoke else "")
+    suffix = ("" if args.study == "reference" else f"-{args.study}") + ("-smoke" if args.smoke else "")
     out = Path(args.out or REPO / "bench" / "results" / f"accuracy{suffix}.json")
     md = Path(args.markdown) if args.markdown else (out.with_suffix(".md") if args.smoke else
                                                      REPO / "docs" / "accuracy.md")
@@ -801,6 +943,9 @@ def main(argv=None) -> dict:
         if not quantized:
             raise SystemExit("bench.accuracy: --render-only is for the quantized study")
         return render_quantized(out, md, command)
+    if sampler:
+        result = sampler_study(args, names, settings, work, out, md, info, command)
+        return result
     study = quantized_study if quantized else reference_study
     result = study(args, names, models, features, work, out, md, info, command)
     bad = [r for r in result["runs"] if not (math.isfinite(r["test_acc"]) and 0 <= r["test_acc"] <= 1)]

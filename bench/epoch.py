@@ -137,10 +137,10 @@ def _failed(name: str, run: dict) -> str:
 
 
 def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host_cache: str,
-            cap: int | None, features: str = "fp32", device: str = "auto") -> dict:
+            cap: int | None, features: str = "fp32", device: str = "auto", options: tuple[str, ...] = ()) -> dict:
     """One diskgnn.train run (on `features`: fp32 or a stored quantized variant; args.batches None: a
-    whole epoch; on `device`, with its GPU utilisation sampled on cuda); its summary's timings, tiers
-    and memory."""
+    whole epoch; on `device`, with its GPU utilisation sampled on cuda; `options`: more diskgnn.train
+    options); its summary's timings, tiers and memory."""
     summary_path = work / f"{name}.summary.json"
     summary_path.unlink(missing_ok=True)
     evaluate = ["--eval", "sampled", "--eval-max-batches", str(args.eval_batches)] if args.eval_batches else \
@@ -150,7 +150,7 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "--epochs", str(args.epochs), *evaluate, "--seed", "0", "--lr", str(LR),
             "--memory-budget", memory_budget, "--host-cache", host_cache, "--workdir", str(work / name),
             "--features", features, "--force-features", "--device", device, "--summary-json", str(summary_path),
-            "--no-progress"]
+            "--no-progress", *options]
     if args.batches:
         argv += ["--max-batches", str(args.batches)]
     if args.max_blowup:
@@ -172,6 +172,7 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
             "sample_s": s["sample_s"], "pack_s": s["pack_s"], "offline": s["offline"],
             "stage_times_s": s["stage_times_s"],
             "bottleneck": s.get("bottleneck"), "tiers": s["tiers"], "disk_bytes_read": s["disk_bytes_read"],
+            "rows_per_batch": s["rows_per_batch"],
             "peak_rss_bytes": s["peak_rss_bytes"], "peak_anon_bytes": s["peak_anon_bytes"],
             "backend": s["backend"], "plan": s["plan"],
             "features": s["features"], "feature_row_bytes": s["feature_row_bytes"],

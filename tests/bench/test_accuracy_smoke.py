@@ -144,3 +144,26 @@ def test_quantized_bounds_and_sections(tmp_path):
     begin, end = accuracy.QUANT_MARKERS
     assert md.read_text() == f"# Accuracy\n\nreference tables\n\n{begin}\nsecond\n{end}\n"
     assert accuracy.marked_section(md.read_text(), accuracy.QUANT_MARKERS) == f"{begin}\nsecond\n{end}"
+
+
+def test_sampler_accuracy_bench_smoke(tmp_path):
+    """The sampler study on Cora: neighbour sampling and LABOR with layer dependency and κ=4, paired by seed,
+    and its own section of the markdown (the rest of the file kept)."""
+    shared_dataset("planetoid_cora")
+    from bench import accuracy
+
+    out, md = tmp_path / "accuracy-sampler.json", tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n\nThe reference study's part.\n")
+    result = accuracy.main(["--study", "sampler", "--smoke", "--host-cache-fraction", "0.25",
+                            "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown", str(md)])
+    saved = json.loads(out.read_text())
+    assert [r["setting"] for r in saved["runs"]] == ["neighbor", "labor + layer dep., κ=4"]
+    assert all(0 <= r["test_acc"] <= 1 for r in saved["runs"])
+    rows = {r["setting"]: r for r in result["aggregate"]}
+    assert rows["neighbor"]["delta"] == 0.0
+    assert rows["labor + layer dep., κ=4"]["delta"] == pytest.approx(
+        100 * (saved["runs"][1]["test_acc"] - saved["runs"][0]["test_acc"]))
+    text = md.read_text()
+    assert text.startswith("# Accuracy\n\nThe reference study's part.") and "Largest loss of any setting" in text
+    with pytest.raises(SystemExit, match="unknown"):
+        accuracy.main(["--study", "sampler", "--smoke", "--settings", "labor;poisson", "--out", str(out)])

@@ -30,6 +30,29 @@ def test_offline_bench_smoke(tmp_path):
     assert saved["pack_rows"] > 0 and saved["disk"]["MBps"] > 0 and saved["pack_over_disk_seq_write"] > 0
 
 
+def test_dependent_bench_smoke(tmp_path):
+    """bench.dependent at tiny size, uncapped: neighbour sampling and LABOR with layer dependency at κ 1 and 4,
+    every row filled, and its table and plot written into a report of their own, twice without duplicating."""
+    from bench import dependent
+
+    md = tmp_path / "report.md"
+    md.write_text("# notes\n")
+    args = ["--smoke", "--no-cap", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "d.json"),
+            "--report", str(md)]
+    result = dependent.main(args)
+    names = [r["setting"] for r in result["rows"]]
+    assert names == ["neighbor", "labor + layer dep., κ=1", "labor + layer dep., κ=4"]
+    for r in result["rows"]:
+        assert "error" not in r, r
+        assert r["input_rows"] > 0 and r["first_layer_dst"] > 0 and r["read_bytes"] >= 0
+    assert result["rows"][2]["hit_rates"].get("recent", 0) > 0  # κ=4 keeps the last batch's rows
+    assert "recent" not in result["rows"][0]["hit_rates"]
+    dependent.main(args)
+    text = md.read_text()
+    assert text.startswith("# notes") and text.count(dependent.BEGIN) == 1 and "| neighbor |" in text
+    assert (tmp_path / "bench" / "dependent.png").stat().st_size > 0
+
+
 def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     """`make bench` at tiny size: every system of the epoch grid ran or says why, scaling covers every scale,
     and the report (markdown section + four PNGs) is written, replacing only its own section."""
@@ -103,6 +126,12 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     report.render(out / "suite.json", md, out / "bench")
     partial = md.read_text()
     assert "### Scaling\n\nNot run in this session" in partial and "| fio | not run: not run in this session" in partial
+    # Every capped diskgnn run failed (no bar has a ratio): the plots still render, on linear axes.
+    for cap in epoch["caps"].values():
+        cap["runs"]["diskgnn"] = {"error": "diskgnn-1GiB: exit 1: broken"}
+    (out / "epoch.json").write_text(json.dumps(epoch))
+    report.render(out / "suite.json", md, out / "bench")
+    assert "broken" in md.read_text()
     with pytest.raises(SystemExit, match="epoch among them"):
         suite.main(["--smoke", "--out-dir", str(out), "--steps", "limits,scaling"])
 
