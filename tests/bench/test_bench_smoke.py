@@ -49,8 +49,9 @@ def test_dependent_bench_smoke(tmp_path):
     assert "recent" not in result["rows"][0]["hit_rates"]
     dependent.main(args)
     text = md.read_text()
-    assert text.startswith("# notes") and text.count(dependent.BEGIN) == 1 and "| neighbor |" in text
-    assert (tmp_path / "bench" / "dependent.png").stat().st_size > 0
+    begin = dependent.markers("synthetic-20000")[0]
+    assert text.startswith("# notes") and text.count(begin) == 1 and "| neighbor |" in text
+    assert (tmp_path / "bench" / "dependent-synthetic-20000.png").stat().st_size > 0
 
 
 def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
