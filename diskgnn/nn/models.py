@@ -131,6 +131,9 @@ def activation_bytes(model: str, layers: list[tuple[int, int, int]], dims: list[
             total += 2 * n_dst * (d_in + 6 * d_out)
     if model == "gat":
         total += 2 * layers[0][0] * dims[0]  # GAT's dropout on the input rows
+        # Headroom: autograd's saved tensors for the attention softmax vary from run to run; a 20k-node
+        # step once measured 3 % above the sum above (tests/train/test_plan.py).
+        total += total // 8
     return 4 * total
 
 
