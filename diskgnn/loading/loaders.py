@@ -25,7 +25,7 @@ import torch
 
 from ..data.features import FeatureSource, feature_source
 from ..io.reader import FeatureReader
-from ..offline.sample import NEIGHBOR, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
+from ..offline.sample import NEIGHBOR, Batch, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
 from ..store.store import FeatureStore
 from ..store.tiers import TierStats
 from .blocks import sampled_blocks
@@ -35,27 +35,36 @@ from .pipeline import Pipeline, Stage
 class Work:
     """One batch on its way through the stages."""
 
-    __slots__ = ("batch", "blocks", "labels", "pending", "x")
+    __slots__ = ("batch", "blocks", "labels", "pending", "x", "share")
 
-    def __init__(self, batch, blocks, labels):
-        self.batch, self.blocks, self.labels = batch, blocks, labels
+    def __init__(self, batch, blocks, labels, share=None):
+        self.batch, self.blocks, self.labels, self.share = batch, blocks, labels, share
         self.pending = None
         self.x = None
 
 
-def _work(batch, labels: np.ndarray, device: str) -> Work:
-    y = torch.from_numpy(np.asarray(labels[batch.seeds], dtype=np.int64))
-    blocks = sampled_blocks(batch)
+def _work(batch, labels: np.ndarray, device: str, cooperative=None) -> Work:
+    """The batch's blocks and labels; with `cooperative` (a global batch -> this rank's Share), this rank's share:
+    its blocks, its seeds' labels, and as `batch` the input rows it reads."""
+    share = None if cooperative is None else cooperative(batch)
+    seeds = batch.seeds if share is None else share.seed_ids
+    y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
+    if share is None:
+        blocks = sampled_blocks(batch)
+    else:
+        blocks, batch = [layer.block for layer in share.layers], Batch(batch.index, share.input_ids, [], 0)
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]
         y = y.pin_memory()
-    return Work(batch, blocks, y)
+    return Work(batch, blocks, y, share)
 
 
 def _to_device(work: Work, device: str, x) -> Work:
     if device != "cpu":
         work.blocks = [b.to(device, non_blocking=True) for b in work.blocks]
         work.labels = work.labels.to(device, non_blocking=True)
+        if work.share is not None:
+            work.share = work.share.to(device, work.blocks)
     work.x = x
     return work
 
@@ -71,16 +80,18 @@ class OfflineLoader:
     """Batches of one sample file, features from a FeatureStore over its packs."""
 
     def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, device: str,
-                 read_depth: int):
+                 read_depth: int, cooperative=None):
+        """`cooperative`: a global batch -> this rank's Share (diskgnn/distributed/cooperative.py), for the
+        batches of a cooperative run; the store then holds this rank's rows only."""
         self.samples, self.store, self.labels = sample_file, store, labels
-        self.device, self.read_depth = device, read_depth
+        self.device, self.read_depth, self.cooperative = device, read_depth, cooperative
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def pipeline(self, order) -> Pipeline:
         def sample(b):
-            return _work(self.samples[int(b)], self.labels, self.device)
+            return _work(self.samples[int(b)], self.labels, self.device, self.cooperative)
 
         def read(work):
             work.pending = self.store.start(work.batch)

@@ -15,6 +15,10 @@ With `recent` = W, each fresh epoch's packs leave out the rows one of the W
 batches before already read (the store's recent-rows tier serves them); a
 replayed epoch is visited in a new order, and the eval sets in any, so
 their packs hold every cold row.
+Under torchrun (diskgnn/distributed/), `shard` keeps the train batches this
+rank trains (data parallelism); for cooperative minibatching every rank
+samples the whole global batch and `rows` narrows what its placement and
+packs see to the input rows it owns.
 """
 
 from __future__ import annotations
@@ -44,8 +48,12 @@ class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
                  max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
                  features: FeatureSource | None = None, read_ahead: bool = False, sampler: Sampler = NEIGHBOR,
-                 recent: int = 0):
+                 recent: int = 0, shard: tuple[int, int] = (0, 1), rows=None, eval_batch_size: int | None = None):
+        """`rows`: the view of a sample file whose batches' input rows this rank places, packs and reads
+        (default: all of them); `eval_batch_size`: the eval sets' (default: `batch_size`)."""
         self.dataset, self.dir = dataset, Path(workdir)
+        self.shard, self.rows = shard, rows or (lambda samples: samples)
+        self.eval_batch_size = eval_batch_size or batch_size
         self.sampler, self.recent = sampler, 0 if replay else recent
         self.source = features or feature_source(dataset)
         self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
@@ -70,8 +78,9 @@ class OfflineEpochs:
         if self.read_ahead:
             read_topology_ahead(self.dataset)
         sampling = time.perf_counter()
-        sf = sample_epoch(self.dataset, self.dir / out_name, batch_size=self.batch_size, seed=self.seed,
-                          threads=self.threads, sampler=self.sampler, **kwargs)
+        kwargs.setdefault("batch_size", self.batch_size)
+        sf = sample_epoch(self.dataset, self.dir / out_name, seed=self.seed, threads=self.threads,
+                          sampler=self.sampler, **kwargs)
         self.phases["read_ahead_s"] += sampling - start
         self.phases["sampling_s"] += time.perf_counter() - sampling
         return sf
@@ -83,13 +92,13 @@ class OfflineEpochs:
 
     def sample(self, epoch: int) -> SampleFile:
         return self._sample(f"epoch-{epoch:05d}.samples", fanouts=self.fanouts, epoch=epoch,
-                            max_batches=self.max_batches)
+                            max_batches=self.max_batches, shard=self.shard)
 
     def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
         self._samples0 = self.sample(0)
         start = time.perf_counter()
-        counts = access_counts([self._samples0], self.dataset.num_nodes)
+        counts = access_counts([self.rows(self._samples0)], self.dataset.num_nodes)
         self.placement = place(counts, self.source.row_bytes, budgets)
         self.phases["placement_s"] += time.perf_counter() - start
         return self.placement
@@ -102,12 +111,13 @@ class OfflineEpochs:
         """Epoch 0's rows as its packs will see them: input rows per batch, rows the packs hold (every cold access
         not served by the recent-rows tier) and rows that tier serves, and the packs' bytes before any blow-up
         cap (4 KiB-padded)."""
-        packed, recent = pack_counts(self._samples0, self.placement, self.threads or os.cpu_count() or 1, self.recent)
-        batches = max(1, len(self._samples0))
+        samples = self.rows(self._samples0)
+        packed, recent = pack_counts(samples, self.placement, self.threads or os.cpu_count() or 1, self.recent)
+        batches = max(1, len(samples))
         total = packed * self.source.row_bytes + 4096 * len(self._samples0)
         if self.max_blowup is not None:
             total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
-        inputs = sum(int(b.nodes.size) for b in self._samples0)
+        inputs = sum(int(b.nodes.size) for b in samples)
         return {"input_rows_per_batch": inputs / batches, "packed_rows": packed, "recent_rows": recent,
                 "input_rows": inputs, "pack_bytes": total}
 
@@ -127,12 +137,12 @@ class OfflineEpochs:
                    max_batches: int | None = None) -> EpochFiles:
         """Eval batches of a split, sampled and packed once for the whole run."""
         samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
-                               max_batches=max_batches)
+                               max_batches=max_batches, batch_size=self.eval_batch_size)
         return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
 
     def _prepare(self, epoch: int) -> EpochFiles:
         samples = self._samples0 if epoch == 0 else self.sample(epoch)
-        return EpochFiles(samples, self.pack(samples, f"epoch-{epoch:05d}.packs", self.recent))
+        return EpochFiles(samples, self.pack(self.rows(samples), f"epoch-{epoch:05d}.packs", self.recent))
 
     def files(self, epoch: int) -> EpochFiles:
         """Epoch's files, waiting for the background preparation when it is running."""

@@ -119,6 +119,14 @@ def epoch_seeds(train_ids: np.ndarray, batch_size: int, seed: int, epoch: int) -
     return [order[s: s + batch_size] for s in range(0, order.size, batch_size)]
 
 
+def shard_batches(num_batches: int, rank: int, world: int) -> np.ndarray:
+    """The epoch's batches rank `rank` of `world` trains under data parallelism: every world-th from its rank on,
+    so that step s of the group trains batches s*world .. s*world + world - 1. Every rank gets as many (the last
+    num_batches mod world are dropped), so no rank waits at a step the others never reach."""
+    stop = num_batches if world == 1 else num_batches - num_batches % world
+    return np.arange(rank, stop, world)
+
+
 def batch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
     """Order in which a replayed sample file is visited in `epoch` (DiskGNN's replay mode)."""
     if epoch == 0:
@@ -205,11 +213,13 @@ def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, thre
 
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
-                 max_batches: int | None = None, sampler: Sampler = NEIGHBOR) -> SampleFile:
+                 max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
+                 shard: tuple[int, int] = (0, 1)) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
-    `max_batches` keeps the epoch's first batches only (runs that stop early
-    need not sample, or pack, the rest). Writes to temporary names and
+    `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
+    each sampled as the whole epoch's would be. `max_batches` then keeps the
+    first batches only (runs that stop early need not sample, or pack, the rest). Writes to temporary names and
     renames, index last, so a reader never sees half a file.
     """
     from .. import _native
@@ -223,7 +233,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
     batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
     num_batches = len(batches)
-    batches = batches[:max_batches]
+    index = shard_batches(num_batches, *shard)[:max_batches]
+    batches = [batches[k] for k in index]
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)
     tmp = temp_path(out_path)
@@ -244,7 +255,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                 group = batches[g: g + defaults.SAMPLE_GROUP]
                 flat = np.concatenate(group) if group else np.empty(0, np.int64)
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
-                keys = [sampler.key(epoch, g + i, num_batches) for i in range(len(group))]
+                keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]
                 records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads, **sampler.native())
                 if written is not None:
                     written.result()  # one group in flight: its records are the memory this holds
@@ -265,7 +276,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "fanouts": fanouts, "batch_size": batch_size, "seed": seed, "epoch": epoch,
         "sampler": sampler.kind, "layer_dependency": sampler.layer_dependency,
         "batch_dependency": sampler.batch_dependency,
-        "num_batches": len(batches), "num_seeds": int(seeds.size),
+        "num_batches": len(batches), "num_seeds": int(seeds.size), "shard": list(shard),
         "offsets": offsets, "checksums": checksums, "file_bytes": offsets[-1],
     }
     meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)

@@ -19,6 +19,8 @@ from .. import defaults
 from ..data.features import RAW_FEATURES
 from ..data.files import write_atomic
 from ..data.quantize.spec import canonical_spec
+from ..distributed.cooperative import OWNERS
+from ..distributed.group import MODES
 from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
 from ..io.reader import BACKENDS
 from ..nn.models import MODELS
@@ -93,6 +95,17 @@ class TrainConfig:
     checkpoint_every: str = field(default="10min", metadata={
         "help": "save a checkpoint during an epoch every so often: a time (90s, 10min, 1h) or a number of batches "
                 "(500); 0 or off: at epoch ends only"})
+    distributed: str = field(default="none", metadata={
+        "help": "under torchrun: independent (data parallel: each rank trains its own batches, gradients "
+                "all-reduced) or cooperative (the ranks share one batch of ranks x --batch-size seeds: each vertex "
+                "read and computed once, by its owner, and exchanged all-to-all); none: one process",
+        "choices": MODES})
+    owner: str = field(default="hash", metadata={
+        "help": "cooperative: which rank owns a vertex: hash (of its id) or range (contiguous id ranges)",
+        "choices": OWNERS})
+    dist_timeout: str = field(default="10min", metadata={
+        "help": "distributed: how long a collective waits for the other ranks before every rank stops (longer "
+                "than the slowest rank's sampling and packing of an epoch)"})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -121,6 +134,13 @@ class TrainConfig:
         return int(self.recent_batches)
 
     @property
+    def dist_timeout_s(self) -> float:
+        seconds = _seconds(self.dist_timeout)
+        if seconds is None:
+            raise UsageError(f"--dist-timeout {self.dist_timeout}: expected a time such as 90s or 10min")
+        return seconds
+
+    @property
     def checkpoint_interval(self) -> tuple[str, float] | None:
         """("batches", N) or ("seconds", S) between mid-epoch checkpoints; None: at epoch ends only."""
         return _interval(self.checkpoint_every)
@@ -133,6 +153,10 @@ class TrainConfig:
                 raise UsageError(f"--{f.name.replace('_', '-')} {value}: expected one of {', '.join(choices)}"
                                  + closest(str(value), choices))
         self.checkpoint_interval  # noqa: B018 - refuses a bad value now, not an epoch in
+        self.dist_timeout_s  # noqa: B018
+        if self.distributed != "none" and self.sampling == "online":
+            raise UsageError(f"--distributed {self.distributed}: needs --sampling offline or replay (each rank "
+                             "trains batches sampled ahead)")
         if self.recent_batches != "auto" and not (self.recent_batches.isdigit() and int(self.recent_batches) <= 64):
             raise UsageError(f"--recent-batches {self.recent_batches}: expected auto or a number of batches "
                              "from 0 to 64")
@@ -184,17 +208,22 @@ def _ints(text: str, flag: str) -> list[int]:
 _SECONDS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
 
 
+def _seconds(text: str) -> float | None:
+    """A positive time such as 90s, 10min or 1h in seconds; None for anything else."""
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(s|sec|min|m|h)", str(text).strip().lower())
+    return float(m.group(1)) * _SECONDS[m.group(2)] if m and float(m.group(1)) > 0 else None
+
+
 def _interval(text: str) -> tuple[str, float] | None:
     t = str(text).strip().lower()
     if t in ("0", "off", "none"):
         return None
     if t.isdigit():
         return "batches", int(t)
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(s|sec|min|m|h)", t)
-    if not m or float(m.group(1)) <= 0:
+    if _seconds(t) is None:
         raise UsageError(f"--checkpoint-every {text}: expected a time such as 90s, 10min or 1h, a number of "
                          "batches, or off")
-    return "seconds", float(m.group(1)) * _SECONDS[m.group(2)]
+    return "seconds", _seconds(t)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

@@ -5,7 +5,9 @@ packed in the background while this one trains). last.pt is saved at every
 epoch end and, every --checkpoint-every, inside the epoch; best.pt at every
 epoch whose validation accuracy is the best so far. --resume loads last.pt and
 goes on from the batch after it, or starts from the beginning (and says so)
-when the workdir has none yet.
+when the workdir has none yet. Under torchrun rank 0 alone writes
+checkpoints and the summary; on --resume it reads last.pt and sends it to
+the other ranks, so no file system need be shared.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ import torch
 
 from ..build import __version__, native_info
 from ..data.files import write_atomic
-from ..errors import raise_if_interrupted
+from ..distributed.group import Group, is_group_failure, join, lost
+from ..errors import DiskgnnError, raise_if_interrupted
 from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
 from ..nn.models import GNN
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
+from .plan import resolve_device
 from .run import Run
 
 
@@ -36,36 +40,69 @@ def versions() -> dict:
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
-    with AnonPeak() as memory:
-        return _train(cfg, memory)
+    group = join(cfg.distributed, resolve_device(cfg), cfg.dist_timeout_s)
+    try:
+        with AnonPeak() as memory:
+            return _train(cfg, memory, group)
+    except Exception as e:
+        if group.active and not isinstance(e, DiskgnnError) and is_group_failure(e):
+            raise lost(group, e) from None
+        raise
+    finally:
+        group.close()
 
 
-def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer):
+def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
+    """last.pt, checked against this run, on every rank (rank 0 reads it); None where there is none."""
+    state, error = None, None
+    if group.leader:
+        try:
+            state = checkpoints.load("last")
+            if state is None:
+                print(f"train: --resume: no checkpoint in {checkpoints.dir} yet: starting from the beginning")
+            else:
+                check_same_run(checkpoints.path("last"), state["config"], cfg.to_dict())
+                if state.get("world", 1) != group.world:
+                    raise DiskgnnError(f"{checkpoints.path('last')}: written by {state.get('world', 1)} processes, "
+                                       f"not {group.world}: resume with as many")
+        except DiskgnnError as e:
+            error = str(e)
+    state, error = group.broadcast((state, error))
+    if error is not None:
+        raise DiskgnnError(error)
+    return state
+
+
+def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group: Group):
     """last.pt's (history, best, accounting, epoch state), restored into the model and optimizer; None to
     start from the beginning."""
-    state = checkpoints.load("last")
+    state = _last_state(cfg, checkpoints, group)
     if state is None:
-        print(f"train: --resume: no checkpoint in {checkpoints.dir} yet: starting from the beginning")
         return None
-    check_same_run(checkpoints.path("last"), state["config"], cfg.to_dict())
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     torch.set_rng_state(state["torch_rng"])
     if "cuda_rng" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     position = EpochState(**state["position"])
-    print(f"train: resuming at epoch {position.epoch}, batch {position.next_batch}, from "
+    if not group.leader:
+        position.dropout_rng = None  # rank 0's stream; this rank's masks restart from its epoch seed
+    if group.leader:
+        print(f"train: resuming at epoch {position.epoch}, batch {position.next_batch}, from "
           f"{checkpoints.path('last')}")
     return state["history"], state["best"], state["accounting"], position
 
 
-def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
-    run = Run(cfg)
+def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
+    run = Run(cfg, group)
     plan = run.plan()
     ds = run.ds
     torch.manual_seed(cfg.seed)
     model = GNN(cfg.model, ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanout_list), cfg.dropout,
                 cfg.heads).to(run.device)
+    if cfg.distributed == "independent":
+        run.ddp = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[group.local_rank] if run.device == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     checkpoints = Checkpoints(run.workdir / "checkpoints")
     history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": []}
@@ -73,12 +110,14 @@ def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
     # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not in them)
     accounting = {"tiers": {}, "disk_bytes": 0}
     position = EpochState(0)
-    resumed = _resume(cfg, checkpoints, model, optimizer) if cfg.resume else None
+    resumed = _resume(cfg, checkpoints, model, optimizer, group) if cfg.resume else None
     if resumed is not None:
         history, best, accounting, position = resumed
 
     def save_last(state: EpochState) -> None:
-        checkpoints.save("last", training_state(model, optimizer, state, history, best, cfg.to_dict(), accounting))
+        if group.leader:
+            checkpoints.save("last", {**training_state(model, optimizer, state, history, best, cfg.to_dict(),
+                                                       accounting), "world": group.world})
 
     try:
         for epoch in range(position.epoch, cfg.epochs):
@@ -94,25 +133,39 @@ def _train(cfg: TrainConfig, memory: AnonPeak) -> dict:
                 t["hits"] += s.hits
                 t["bytes"] += s.bytes
             accounting["disk_bytes"] += loader.disk_bytes()
-            loss = state.loss_sum / max(1, state.seen)
+            loss_sum, seen = group.sum([state.loss_sum, state.seen])
+            loss = loss_sum / max(1, seen)
             val = run.evaluate(model, "val")
             history["epoch_times_s"].append(state.elapsed_s)
             history["train_loss"].append(loss)
             history["val_acc_per_epoch"].append(val)
-            print(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}", flush=True)
+            run.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}")
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
-                checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
+                if group.leader:
+                    checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
             save_last(EpochState(epoch + 1))
             if run.epochs is not None and epoch + 1 < cfg.epochs:
                 run.epochs.release(epoch)
         if best["epoch"] >= 0:
-            model.load_state_dict(checkpoints.load("best")["model"])
+            model.load_state_dict(group.broadcast(checkpoints.load("best")["model"] if group.leader else None))
         test = run.evaluate(model, "test")
     finally:
         if run.epochs is not None:
             run.epochs.close()
     return _summary(cfg, run, plan, memory, history, best, accounting, test, resumed is not None)
+
+
+def _ranks(run: Run, accounting: dict, memory: AnonPeak) -> dict:
+    """The group's totals (summary.json's "distributed"): what every rank read, trained and sent."""
+    t, g = run.trained, run.group
+    disk, rows, seeds, sent, batches = g.sum([accounting["disk_bytes"], t["input_rows"], t["seeds"],
+                                              t["exchange_bytes"], t["batches"]])
+    return {"mode": run.cfg.distributed, "world_size": g.world, "backend": g.backend,
+            "disk_bytes_read": int(disk), "input_rows": int(rows), "seeds": int(seeds), "exchange_bytes": int(sent),
+            "rank_batches": int(batches), "disk_bytes_per_seed": disk / max(1, seeds),
+            "input_rows_per_seed": rows / max(1, seeds), "exchange_bytes_per_seed": sent / max(1, seeds),
+            "peak_anon_bytes_per_rank": g.gather(memory.peak_bytes)}
 
 
 def _summary(cfg: TrainConfig, run: Run, plan, memory: AnonPeak, history: dict, best: dict, accounting: dict,
@@ -150,6 +203,10 @@ def _summary(cfg: TrainConfig, run: Run, plan, memory: AnonPeak, history: dict, 
         "versions": versions(),
         "config": cfg.to_dict(),
     }
+    if run.group.active:
+        summary["distributed"] = _ranks(run, accounting, memory)
+    if not run.group.leader:
+        return summary
     text = (json.dumps(summary, indent=2, default=float) + "\n").encode()
     write_atomic(run.workdir / "summary.json", text)
     if cfg.summary_json:
