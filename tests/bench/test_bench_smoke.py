@@ -174,3 +174,28 @@ def test_paired_fit_cancels_drift_between_repeats_but_not_a_bend():
     bent = paired_fit(nodes, [[1.0, 2.6, 4.0, 8.0], [1.1, 2.9, 4.4, 8.8], [0.9, 2.3, 3.6, 7.2]])
     assert bent["deviation"][1] > 0.2 and not bent["linear"]
     assert not bent["least_squares"]["linear"]
+
+
+def test_distributed_bench_smoke(tmp_path):
+    """bench.distributed at tiny size, uncapped: 2 processes and 2 one-process "nodes", independent and
+    cooperative; every row filled, cooperative reads fewer rows per seed and sends some all-to-all, and the
+    report section is written once."""
+    from bench import distributed
+
+    md = tmp_path / "report.md"
+    md.write_text("# notes\n")
+    args = ["--smoke", "--no-cap", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "d.json"),
+            "--report", str(md)]
+    result = distributed.main(args)
+    assert [(r["layout"], r["mode"]) for r in result["rows"]] == [
+        ("2 processes", "independent"), ("2 processes", "cooperative"), ("2 nodes x 1", "independent"),
+        ("2 nodes x 1", "cooperative")]
+    for r in result["rows"]:
+        assert "error" not in r, r
+        assert r["read_bytes_per_seed"] > 0 and r["input_rows_per_seed"] > 0 and 0 <= r["test_acc"] <= 1
+        assert (r["exchange_bytes_per_seed"] > 0) == (r["mode"] == "cooperative")
+    coop = result["rows"][1]
+    assert coop["input_rows_per_seed_vs_independent"] < 1  # the shared batch's union is smaller
+    text = md.read_text()
+    assert text.count(distributed.MARKERS[0]) == 1 and "| 2 nodes x 1 | cooperative |" in text
+    assert (tmp_path / "bench" / "distributed.png").stat().st_size > 0
