@@ -196,6 +196,8 @@ def test_distributed_bench_smoke(tmp_path):
         assert (r["exchange_bytes_per_seed"] > 0) == (r["mode"] == "cooperative")
     coop = result["rows"][1]
     assert coop["input_rows_per_seed_vs_independent"] < 1  # the shared batch's union is smaller
+    distributed.main(args)
     text = md.read_text()
-    assert text.count(distributed.MARKERS[0]) == 1 and "| 2 nodes x 1 | cooperative |" in text
-    assert (tmp_path / "bench" / "distributed.png").stat().st_size > 0
+    assert text.startswith("# notes") and text.count(distributed.markers("synthetic-20000")[0]) == 1
+    assert "| 2 nodes x 1 | cooperative |" in text
+    assert (tmp_path / "bench" / "distributed-synthetic-20000.png").stat().st_size > 0

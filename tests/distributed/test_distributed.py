@@ -133,6 +133,22 @@ def test_cooperative_training_equals_one_process_with_the_global_batch(train_dat
     assert summary["test_acc"] > 0.4  # chance is 0.25
 
 
+def test_resume_restarts_the_group_from_rank_0s_checkpoint(train_data, tmp_path):
+    """A cooperative group stopped after epoch 0 and resumed (rank 0 reads last.pt and sends it to rank 1) ends
+    with the weights of a group that was never stopped; a group of another size is refused in one line."""
+    common = ["--data", train_data, *TRAIN, "--batch-size", "47", "--distributed", "cooperative"]
+    for args in (["--epochs", "2", "--workdir", tmp_path / "straight"], ["--epochs", "1", "--workdir", tmp_path / "r"],
+                 ["--epochs", "2", "--workdir", tmp_path / "r", "--resume"]):
+        proc = torchrun(2, "-m", "diskgnn.train", *common, *args)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "train: resuming at epoch 1, batch 0" in proc.stdout
+    straight, resumed = _weights(tmp_path / "straight" / "rank-0"), _weights(tmp_path / "r" / "rank-0")
+    for name, w in straight.items():
+        torch.testing.assert_close(resumed[name], w, rtol=1e-5, atol=1e-6, msg=name)
+    proc = torchrun(3, "-m", "diskgnn.train", *common, "--epochs", "3", "--workdir", tmp_path / "r", "--resume")
+    assert proc.returncode != 0 and "written by 2 processes, not 3" in proc.stderr
+
+
 def test_independent_training_runs_and_every_rank_trains_its_share(train_data, tmp_path):
     proc = torchrun(2, "-m", "diskgnn.train", "--data", train_data, "--epochs", "2", *TRAIN, "--batch-size", "47",
                     "--distributed", "independent", "--workdir", tmp_path)
