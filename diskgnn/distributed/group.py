@@ -49,8 +49,8 @@ class Group:
         """`values` summed over the ranks (float64)."""
         if not self.active:
             return list(values)
-        t = torch.tensor(values, dtype=torch.float64)
-        torch.distributed.all_reduce(t)
+        t = torch.tensor(values, dtype=torch.float64, device="cuda" if self.backend == "nccl" else "cpu")
+        torch.distributed.all_reduce(t)  # NCCL reduces device tensors only
         return t.tolist()
 
     def broadcast(self, obj):
