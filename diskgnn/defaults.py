@@ -94,6 +94,13 @@ PIPELINE_POLL_S = _knob("PIPELINE_POLL_S", 0.05, "float",
                         "how often a pipeline thread blocked on a queue checks for a stop (seconds)")
 AGGREGATE_THREADS = _knob("AGGREGATE_THREADS", 0, "int",
                           "threads of the native neighbour sums (0: as many as torch uses)")
+HAG_MIN_SAVING = _knob("HAG_MIN_SAVING", 0.1, "float",
+                       "--hag auto: a block runs its HAG only where it sums at least this share fewer rows")
+HAG_MAX_DEGREE = _knob("HAG_MAX_DEGREE", 256, "int",
+                       "HAG search: destinations with more sources keep their lists (their pairs would dominate)")
+HAG_MAX_DEPTH = _knob("HAG_MAX_DEPTH", 10, "int", "HAG search: levels of aggregation nodes at most")
+HAG_PROBE_BATCHES = _knob("HAG_PROBE_BATCHES", 20, "int",
+                          "--hag auto: batches searched before a pass that saves too little stops searching")
 INFERENCE_CHUNK = _knob("INFERENCE_CHUNK", 4096, "int",
                         "destination nodes per block in layer-wise full-neighbour inference")
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "aggregate.h"
+#include "hag.h"
 #include "packer.h"
 #include "reader.h"
 #include "sampler.h"
@@ -159,6 +160,65 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
       py::arg("num_threads"), "grad_src[j] = sum of grad_out[i] over the edges (j -> i): csc_sum's transpose.");
+
+  py::class_<diskgnn::Hag>(m, "Hag", "A block's HAG: aggregation nodes by level and the rewritten lists.")
+      .def_property_readonly("inputs", [](const diskgnn::Hag& h) { return py::array_t<int64_t>(h.inputs.size(), h.inputs.data()); })
+      .def_property_readonly("level_bounds", [](const diskgnn::Hag& h) {
+        return py::array_t<int64_t>(h.level_bounds.size(), h.level_bounds.data());
+      })
+      .def_property_readonly("indptr", [](const diskgnn::Hag& h) { return py::array_t<int64_t>(h.indptr.size(), h.indptr.data()); })
+      .def_property_readonly("indices", [](const diskgnn::Hag& h) {
+        return py::array_t<int64_t>(h.indices.size(), h.indices.data());
+      })
+      .def_property_readonly("num_agg", [](const diskgnn::Hag& h) { return static_cast<int64_t>(h.inputs.size() / 2); })
+      .def_property_readonly("num_edges", [](const diskgnn::Hag& h) { return static_cast<int64_t>(h.indices.size()); })
+      .def_readonly("num_src", &diskgnn::Hag::num_src)
+      .def_readonly("frozen", &diskgnn::Hag::frozen);
+  m.def(
+      "hag_search",
+      [](const edge_array& indptr, const edge_array& indices, int64_t num_src, int64_t capacity, int64_t min_shared,
+         int max_depth, int64_t max_degree) {
+        const int64_t num_dst = indptr.size() - 1;
+        if (indptr.size() < 1 || indices.size() < indptr.data()[num_dst]) {
+          throw std::invalid_argument("hag_search: indptr and indices do not match");
+        }
+        py::gil_scoped_release release;
+        return diskgnn::hag_search(indptr.data(), indices.data(), num_dst, num_src, capacity, min_shared, max_depth,
+                                   max_degree);
+      },
+      py::arg("indptr"), py::arg("indices"), py::arg("num_src"), py::arg("capacity"), py::arg("min_shared"),
+      py::arg("max_depth"), py::arg("max_degree"), "The greedy HAG of a CSC block (native/hag.h).");
+  m.def(
+      "hag_sum",
+      [](const diskgnn::Hag& hag, const rows_array& src, rows_array& out, int num_threads) {
+        const int64_t num_dst = static_cast<int64_t>(hag.indptr.size()) - 1;
+        if (src.ndim() != 2 || out.ndim() != 2 || src.shape(1) != out.shape(1) || out.shape(0) != num_dst ||
+            src.shape(0) != hag.num_src) {
+          throw std::invalid_argument("hag_sum: rows do not match the HAG");
+        }
+        std::vector<float> agg(hag.inputs.size() / 2 * src.shape(1));
+        float* o = out.mutable_data();
+        py::gil_scoped_release release;
+        diskgnn::hag_sum(hag, num_dst, src.data(), src.shape(0), src.shape(1), agg.data(), o, num_threads);
+      },
+      py::arg("hag"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
+      "out[i] = the sum of destination i's sources, through the HAG.");
+  m.def(
+      "hag_sum_transpose",
+      [](const diskgnn::Hag& hag, const rows_array& grad_out, rows_array& grad_src, int num_threads) {
+        const int64_t num_dst = static_cast<int64_t>(hag.indptr.size()) - 1;
+        if (grad_out.ndim() != 2 || grad_src.ndim() != 2 || grad_out.shape(1) != grad_src.shape(1) ||
+            grad_out.shape(0) != num_dst || grad_src.shape(0) != hag.num_src) {
+          throw std::invalid_argument("hag_sum_transpose: rows do not match the HAG");
+        }
+        std::vector<float> grad_agg(hag.inputs.size() / 2 * grad_out.shape(1));
+        float* g = grad_src.mutable_data();
+        py::gil_scoped_release release;
+        diskgnn::hag_sum_transpose(hag, num_dst, grad_out.data(), grad_src.shape(0), grad_out.shape(1),
+                                   grad_agg.data(), g, num_threads);
+      },
+      py::arg("hag"), py::arg("grad_out"), py::arg("grad_src").noconvert(), py::arg("num_threads"),
+      "hag_sum's transpose, for backward.");
 
   py::class_<diskgnn::CscView>(m, "CscView", "A dataset's CSC topology, memory-mapped read-only.")
       .def(py::init<const std::string&, const std::string&, int64_t, int64_t, int>(), py::arg("indptr_path"),

@@ -69,8 +69,12 @@ class Group:
         torch.distributed.all_gather_object(out, obj)
         return out
 
-    def close(self) -> None:
+    def close(self, finished: bool) -> None:
+        """Leaves the group; after a finished run, once every rank has finished (no rank tears down its
+        connections while another still uses them)."""
         if self.active and torch.distributed.is_initialized():
+            if finished:
+                torch.distributed.barrier()
             torch.distributed.destroy_process_group()
 
 

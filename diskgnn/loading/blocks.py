@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .aggregate import NeighbourSum
+from .aggregate import HagSum, NeighbourSum
 
 
 @dataclass
@@ -26,6 +26,7 @@ class TensorBlock:
     indices: torch.Tensor  # int64[E], source local ids
     dst: torch.Tensor  # int64[E], destination of each edge (indptr expanded)
     deg: torch.Tensor  # float32[num_dst, 1], in-degree (0 kept: aggregation divides by max(deg, 1))
+    hag: object = None  # its HAG (loading/hag.py), summed through on the CPU where it pays
 
     @classmethod
     def from_csc(cls, indptr: np.ndarray, indices: np.ndarray, num_dst: int, num_src: int) -> "TensorBlock":
@@ -36,7 +37,8 @@ class TensorBlock:
                    torch.from_numpy(dst), torch.from_numpy(counts.astype(np.float32)).unsqueeze(1))
 
     def _map(self, fn) -> "TensorBlock":
-        return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst), fn(self.deg))
+        return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst), fn(self.deg),
+                           self.hag)
 
     def to(self, device, non_blocking: bool = False) -> "TensorBlock":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
@@ -47,7 +49,7 @@ class TensorBlock:
     def sum_neighbours(self, h: torch.Tensor) -> torch.Tensor:
         """Row i: the sum of h over dst i's sources (native kernels for float32 on the CPU)."""
         if h.device.type == "cpu" and h.dtype == torch.float32 and h.dim() == 2:
-            return NeighbourSum.apply(h, self)
+            return (NeighbourSum if self.hag is None else HagSum).apply(h, self)
         out = h.new_zeros((self.num_dst,) + tuple(h.shape[1:]))
         return out.index_add_(0, self.dst, h[self.indices])
 

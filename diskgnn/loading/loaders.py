@@ -43,9 +43,10 @@ class Work:
         self.x = None
 
 
-def _work(batch, labels: np.ndarray, device: str, cooperative=None) -> Work:
+def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) -> Work:
     """The batch's blocks and labels; with `cooperative` (a global batch -> this rank's Share), this rank's share:
-    its blocks, its seeds' labels, and as `batch` the input rows it reads."""
+    its blocks, its seeds' labels, and as `batch` the input rows it reads. `hag` (a HagBuilder) gives the blocks
+    their HAG where it pays."""
     share = None if cooperative is None else cooperative(batch)
     seeds = batch.seeds if share is None else share.seed_ids
     y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
@@ -53,6 +54,8 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None) -> Work:
         blocks = sampled_blocks(batch)
     else:
         blocks, batch = [layer.block for layer in share.layers], Batch(batch.index, share.input_ids, [], 0)
+    if hag is not None and device == "cpu":  # the HAG kernels are the CPU's
+        hag.attach(blocks)
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]
         y = y.pin_memory()
@@ -80,18 +83,18 @@ class OfflineLoader:
     """Batches of one sample file, features from a FeatureStore over its packs."""
 
     def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, device: str,
-                 read_depth: int, cooperative=None):
+                 read_depth: int, cooperative=None, hag=None):
         """`cooperative`: a global batch -> this rank's Share (diskgnn/distributed/cooperative.py), for the
-        batches of a cooperative run; the store then holds this rank's rows only."""
+        batches of a cooperative run; the store then holds this rank's rows only. `hag`: a HagBuilder."""
         self.samples, self.store, self.labels = sample_file, store, labels
-        self.device, self.read_depth, self.cooperative = device, read_depth, cooperative
+        self.device, self.read_depth, self.cooperative, self.hag = device, read_depth, cooperative, hag
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def pipeline(self, order) -> Pipeline:
         def sample(b):
-            return _work(self.samples[int(b)], self.labels, self.device, self.cooperative)
+            return _work(self.samples[int(b)], self.labels, self.device, self.cooperative, self.hag)
 
         def read(work):
             work.pending = self.store.start(work.batch)
@@ -118,8 +121,8 @@ class OnlineLoader:
 
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
                  labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
-                 features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR):
-        self.fanouts, self.seed, self.epoch, self.sampler = list(fanouts), seed, epoch, sampler
+                 features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR, hag=None):
+        self.fanouts, self.seed, self.epoch, self.sampler, self.hag = list(fanouts), seed, epoch, sampler, hag
         self.batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
         self.labels, self.device, self.read_depth = labels, device, read_depth
         self.graph = graph or open_graph(dataset)
@@ -138,7 +141,7 @@ class OnlineLoader:
 
     def pipeline(self, order) -> Pipeline:
         def sample(b):
-            return _work(self.sample(int(b)), self.labels, self.device)
+            return _work(self.sample(int(b)), self.labels, self.device, hag=self.hag)
 
         def read(work):
             work.pending = self.features.gather_async(work.batch.nodes)

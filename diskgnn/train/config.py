@@ -23,6 +23,7 @@ from ..distributed.cooperative import OWNERS
 from ..distributed.group import MODES
 from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
 from ..io.reader import BACKENDS
+from ..loading.hag import MODES as HAG_MODES
 from ..nn.models import MODELS
 from ..offline.sample import SAMPLERS, Sampler
 from ..units import parse_size
@@ -64,6 +65,10 @@ class TrainConfig:
     recent_batches: str = field(default="auto", metadata={
         "help": "rows the last N batches read are kept in memory and not packed again (auto: 1 with "
                 "--batch-dependency above 1, else 0)"})
+    hag: str = field(default="off", metadata={
+        "help": "sage and gcn on a CPU: sum neighbours through each block's HAG, shared partial sums computed once "
+                "(auto: where it sums at least a tenth fewer rows; on: wherever it sums fewer)",
+        "choices": HAG_MODES})
     sampling: str = field(default="offline", metadata={
         "help": "offline: fresh samples each epoch, sampled and packed ahead; replay: one sampled epoch "
                 "replayed in a new order (DiskGNN); online: sampled during training, rows read directly",
@@ -181,6 +186,8 @@ class TrainConfig:
             raise UsageError(f"--lr {self.lr}: must be positive")
         if self.max_blowup is not None and self.max_blowup <= 0:
             raise UsageError(f"--max-blowup {self.max_blowup}: must be positive")
+        if self.model == "gat" and self.hag == "on":
+            raise UsageError("--hag on: gat weights every edge, so shared partial sums do not apply (sage, gcn)")
         if self.model == "gat" and self.hidden % self.heads:
             raise UsageError(f"--hidden {self.hidden}: gat needs a multiple of --heads {self.heads}")
         if self.features != RAW_FEATURES:

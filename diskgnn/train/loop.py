@@ -41,15 +41,20 @@ def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
     group = join(cfg.distributed, resolve_device(cfg), cfg.dist_timeout_s)
+    finished = False
     try:
         with AnonPeak() as memory:
-            return _train(cfg, memory, group)
+            summary = _train(cfg, memory, group)
+        finished = True
+        group.close(True)
+        return summary
     except Exception as e:
         if group.active and not isinstance(e, DiskgnnError) and is_group_failure(e):
             raise lost(group, e) from None
         raise
     finally:
-        group.close()
+        if not finished:
+            group.close(False)
 
 
 def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
@@ -184,6 +189,7 @@ def _summary(cfg: TrainConfig, run: Run, plan, memory: AnonPeak, history: dict, 
         "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
         "tiers": tiers,
         "rows_per_batch": run.rows_per_batch(),
+        "hag": run.hag.stats.to_dict(),
         "disk_bytes_read": accounting["disk_bytes"],
         "features": run.source.name,
         "feature_row_bytes": run.source.row_bytes,

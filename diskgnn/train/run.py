@@ -33,6 +33,7 @@ from ..data.format import open_dataset
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..errors import DiskgnnError, UsageError
+from ..loading.hag import HagBuilder
 from ..loading.loaders import OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
 from ..offline.epochs import EpochFiles, OfflineEpochs
@@ -73,6 +74,8 @@ class Run:
         # the bytes this rank sent to the others (cooperative).
         self.trained = {"batches": 0, "input_rows": 0, "destinations": [], "seeds": 0, "exchange_bytes": 0}
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
+        # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
+        self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
         self.read_depth: int | None = None  # the plan's, from --read-depth and the budget
@@ -86,7 +89,7 @@ class Run:
         cfg, ds = self.cfg, self.ds
         group = self.group
         plan = make_plan(ds, self.source, cfg, self.device)
-        for line in plan.lines() + ([self.distributed_line()] if group.active else []):
+        for line in plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines():
             self.say(line)
         self.read_depth = plan.read_depth
         if cfg.sampling == "online":
@@ -137,6 +140,17 @@ class Run:
         return (f"plan: {g.describe()}: --memory-budget {cfg.memory_budget} is this process's (every rank "
                 f"plans its own); {step}; evaluation sharded over the ranks; workdir {self.workdir}")
 
+    def hag_lines(self) -> list[str]:
+        cfg = self.cfg
+        if cfg.hag == "off":
+            return []
+        if self.hag.mode == "off":
+            why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
+            return [f"plan: --hag {cfg.hag}: not used ({why})"]
+        return [f"plan: --hag {cfg.hag}: each block's HAG searched as its batch is decoded, run where it sums "
+                + ("any fewer rows" if cfg.hag == "on" else f"at least {defaults.HAG_MIN_SAVING:.0%} fewer rows; "
+                   f"no more searching where the first {defaults.HAG_PROBE_BATCHES} batches had none")]
+
     def eval_seeds(self, split: str) -> np.ndarray:
         """The split's seeds this rank evaluates (every world-th)."""
         return self.ds.split(split)[self.group.rank::self.group.world]
@@ -148,7 +162,7 @@ class Run:
             return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
                                 read_depth=self.read_depth, backend=cfg.backend, features=self.source,
-                                sampler=cfg.sampler_spec)
+                                sampler=cfg.sampler_spec, hag=self.hag)
         files = self.epochs.files(epoch)
         if cfg.distributed == "cooperative":
             return self._cooperative_loader(files)
@@ -158,7 +172,7 @@ class Run:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source)
         self.backend = store.backend
-        return OfflineLoader(files.samples, store, self.labels, self.device, self.read_depth)
+        return OfflineLoader(files.samples, store, self.labels, self.device, self.read_depth, hag=self.hag)
 
     def _cooperative_loader(self, files) -> OfflineLoader:
         loader = self._offline_loader(files)
@@ -173,7 +187,7 @@ class Run:
             return OnlineLoader(self.ds, seeds, fanouts=cfg.eval_fanout_list, batch_size=cfg.batch_size,
                                 seed=cfg.seed, epoch=EVAL_EPOCH[split], labels=self.labels, device=self.device,
                                 read_depth=self.read_depth, backend=cfg.backend, features=self.source,
-                                sampler=cfg.sampler_spec)
+                                sampler=cfg.sampler_spec, hag=self.hag)
         return self._offline_loader(self.eval_files[split])
 
     # -- one pass -------------------------------------------------------------------------------

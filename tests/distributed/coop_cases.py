@@ -90,6 +90,8 @@ def _ranks(data: str, out: str) -> None:
         results[("independent", kind)] = (group.sum([loss.item()])[0] / world, gradients(m))
     if rank == 0:
         torch.save(results, f"{out}/{world}.pt")
+    del ddp
+    dist.barrier()  # no rank tears its connections down while another still uses them
     dist.destroy_process_group()
 
 

@@ -1,0 +1,197 @@
+#include "hag.h"
+
+#include <algorithm>
+#include <cstring>
+#include <queue>
+#include <stdexcept>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+
+namespace diskgnn {
+namespace {
+
+template <typename Fn>
+void parallel_parts(int parts, Fn fn) {
+  std::vector<std::thread> threads;
+  for (int p = 1; p < parts; ++p) threads.emplace_back(fn, p);
+  fn(0);
+  for (auto& t : threads) t.join();
+}
+
+// Column ranges of at least 16 floats, and no thread for a small block.
+int column_parts(int64_t work, int64_t dim, int num_threads) {
+  return static_cast<int>(std::max<int64_t>(
+      1, std::min<int64_t>({static_cast<int64_t>(num_threads), work / (1 << 16), std::max<int64_t>(1, dim / 16)})));
+}
+
+}  // namespace
+
+Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_src, int64_t capacity,
+               int64_t min_shared, int max_depth, int64_t max_degree) {
+  if (num_dst < 0 || num_src < 0 || capacity < 0 || indptr[0] != 0) throw std::invalid_argument("hag_search: bad block");
+  min_shared = std::max<int64_t>(min_shared, 2);
+  const int64_t ext = num_src + capacity;  // extended ids: sources, then aggregation nodes in creation order
+  const auto key = [ext](int64_t a, int64_t b) { return a < b ? a * ext + b : b * ext + a; };
+  std::vector<std::vector<int64_t>> lists(num_dst);
+  std::vector<char> frozen(num_dst, 0);
+  std::vector<std::vector<int32_t>> holders(num_src);  // destinations whose list held the id (some no longer do)
+  std::unordered_map<int64_t, int32_t> shared;          // pair -> destinations whose lists hold both
+  Hag hag;
+  hag.num_src = num_src;
+  for (int64_t v = 0; v < num_dst; ++v) {
+    if (indptr[v + 1] < indptr[v]) throw std::invalid_argument("hag_search: indptr must not decrease");
+    auto& l = lists[v];
+    l.assign(indices + indptr[v], indices + indptr[v + 1]);
+    for (int64_t x : l) {
+      if (x < 0 || x >= num_src) throw std::invalid_argument("hag_search: source id out of range");
+    }
+    std::sort(l.begin(), l.end());
+    if (static_cast<int64_t>(l.size()) > max_degree || std::adjacent_find(l.begin(), l.end()) != l.end()) {
+      frozen[v] = 1;  // a multiset or a hub: summed as it is
+      ++hag.frozen;
+      continue;
+    }
+    for (size_t i = 0; i < l.size(); ++i) {
+      holders[l[i]].push_back(static_cast<int32_t>(v));
+      for (size_t j = i + 1; j < l.size(); ++j) ++shared[key(l[i], l[j])];
+    }
+  }
+  std::priority_queue<std::pair<int32_t, int64_t>> heap;  // (count when pushed, pair); stale entries re-checked
+  for (const auto& [k, c] : shared) {
+    if (c >= min_shared) heap.emplace(c, k);
+  }
+  std::vector<int> depth(num_src, 0);
+  std::vector<int64_t> fresh;
+  while (!heap.empty() && static_cast<int64_t>(depth.size()) < ext) {
+    auto [count, k] = heap.top();
+    heap.pop();
+    auto it = shared.find(k);
+    const int32_t now = it == shared.end() ? 0 : it->second;
+    if (now != count) {  // decreased since pushed
+      if (now >= min_shared) heap.emplace(now, k);
+      continue;
+    }
+    const int64_t u = k / ext, w = k % ext;
+    const int d = std::max(depth[u], depth[w]) + 1;
+    if (d > max_depth) continue;
+    const int64_t a = static_cast<int64_t>(depth.size());
+    depth.push_back(d);
+    holders.emplace_back();
+    hag.inputs.push_back(u);
+    hag.inputs.push_back(w);
+    fresh.clear();
+    const auto& scan = holders[u].size() <= holders[w].size() ? holders[u] : holders[w];
+    for (int32_t v : scan) {
+      auto& l = lists[v];
+      if (!std::binary_search(l.begin(), l.end(), u) || !std::binary_search(l.begin(), l.end(), w)) continue;
+      l.erase(std::remove_if(l.begin(), l.end(), [u, w](int64_t x) { return x == u || x == w; }), l.end());
+      for (int64_t x : l) {
+        for (int64_t gone : {u, w}) {
+          auto g = shared.find(key(x, gone));
+          if (--g->second == 0) shared.erase(g);
+        }
+        ++shared[key(x, a)];
+        fresh.push_back(key(x, a));
+      }
+      l.push_back(a);  // the largest id yet: the list stays sorted
+      holders[a].push_back(v);
+    }
+    shared.erase(k);
+    std::sort(fresh.begin(), fresh.end());
+    fresh.erase(std::unique(fresh.begin(), fresh.end()), fresh.end());
+    for (int64_t f : fresh) {
+      const int32_t c = shared[f];
+      if (c >= min_shared) heap.emplace(c, f);
+    }
+  }
+  // Number the aggregation nodes by level (creation order within one), so that each level reads earlier ones.
+  const int64_t num_agg = static_cast<int64_t>(depth.size()) - num_src;
+  std::vector<int64_t> order(num_agg);
+  for (int64_t i = 0; i < num_agg; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t x, int64_t y) { return depth[num_src + x] < depth[num_src + y]; });
+  std::vector<int64_t> renumber(num_agg);
+  for (int64_t i = 0; i < num_agg; ++i) renumber[order[i]] = i;
+  const auto id = [&](int64_t x) { return x < num_src ? x : num_src + renumber[x - num_src]; };
+  std::vector<int64_t> inputs(2 * num_agg);
+  for (int64_t i = 0; i < num_agg; ++i) {
+    inputs[2 * i] = id(hag.inputs[2 * order[i]]);
+    inputs[2 * i + 1] = id(hag.inputs[2 * order[i] + 1]);
+  }
+  hag.inputs = std::move(inputs);
+  hag.level_bounds.push_back(0);
+  for (int64_t i = 1; i <= num_agg; ++i) {
+    if (i == num_agg || depth[num_src + order[i]] != depth[num_src + order[i - 1]]) hag.level_bounds.push_back(i);
+  }
+  hag.indptr.assign(1, 0);
+  for (int64_t v = 0; v < num_dst; ++v) {
+    if (frozen[v]) {
+      hag.indices.insert(hag.indices.end(), indices + indptr[v], indices + indptr[v + 1]);
+    } else {
+      for (int64_t x : lists[v]) hag.indices.push_back(id(x));
+    }
+    hag.indptr.push_back(static_cast<int64_t>(hag.indices.size()));
+  }
+  return hag;
+}
+
+void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src, int64_t dim, float* agg, float* out,
+             int num_threads) {
+  const int64_t num_agg = static_cast<int64_t>(hag.inputs.size()) / 2;
+  const int64_t* in = hag.inputs.data();
+  const int64_t* ptr = hag.indptr.data();
+  const int64_t* idx = hag.indices.data();
+  const int parts = column_parts((static_cast<int64_t>(hag.indices.size()) + 2 * num_agg) * dim, dim, num_threads);
+  parallel_parts(parts, [&](int p) {
+    const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts;
+    const auto row = [&](int64_t x) { return x < num_src ? src + x * dim : agg + (x - num_src) * dim; };
+    for (int64_t k = 0; k < num_agg; ++k) {  // levels in order: inputs are ready
+      const float* a = row(in[2 * k]);
+      const float* b = row(in[2 * k + 1]);
+      float* o = agg + k * dim;
+      for (int64_t c = c0; c < c1; ++c) o[c] = a[c] + b[c];
+    }
+    for (int64_t i = 0; i < num_dst; ++i) {
+      float* o = out + i * dim;
+      std::fill(o + c0, o + c1, 0.0f);
+      for (int64_t e = ptr[i]; e < ptr[i + 1]; ++e) {
+        const float* s = row(idx[e]);
+        for (int64_t c = c0; c < c1; ++c) o[c] += s[c];
+      }
+    }
+  });
+}
+
+void hag_sum_transpose(const Hag& hag, int64_t num_dst, const float* grad_out, int64_t num_src, int64_t dim,
+                       float* grad_agg, float* grad_src, int num_threads) {
+  const int64_t num_agg = static_cast<int64_t>(hag.inputs.size()) / 2;
+  const int64_t* in = hag.inputs.data();
+  const int64_t* ptr = hag.indptr.data();
+  const int64_t* idx = hag.indices.data();
+  const int parts = column_parts((static_cast<int64_t>(hag.indices.size()) + 2 * num_agg) * dim, dim, num_threads);
+  parallel_parts(parts, [&](int p) {
+    const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts;
+    const auto row = [&](int64_t x) { return x < num_src ? grad_src + x * dim : grad_agg + (x - num_src) * dim; };
+    for (int64_t r = 0; r < num_src; ++r) std::fill(grad_src + r * dim + c0, grad_src + r * dim + c1, 0.0f);
+    for (int64_t k = 0; k < num_agg; ++k) std::fill(grad_agg + k * dim + c0, grad_agg + k * dim + c1, 0.0f);
+    for (int64_t i = 0; i < num_dst; ++i) {
+      const float* g = grad_out + i * dim;
+      for (int64_t e = ptr[i]; e < ptr[i + 1]; ++e) {
+        float* d = row(idx[e]);
+        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
+      }
+    }
+    for (int64_t k = num_agg - 1; k >= 0; --k) {  // levels in reverse: a node's gradient is complete
+      const float* g = grad_agg + k * dim;
+      float* a = row(in[2 * k]);
+      float* b = row(in[2 * k + 1]);
+      for (int64_t c = c0; c < c1; ++c) {
+        a[c] += g[c];
+        b[c] += g[c];
+      }
+    }
+  });
+}
+
+}  // namespace diskgnn
