@@ -128,7 +128,7 @@ def train(name: str, data: Path, hag: str, fanouts: str, work: Path, batches: in
     summary = work / f"{name}-{hag}.json"
     argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--model", "sage", f"--fanouts={fanouts}",
             "--batch-size", str(batch_size), "--epochs", str(epochs), "--hag", hag, "--seed", "0", "--no-progress",
-            "--workdir", str(work / f"{name}-{hag}"), "--summary-json", str(summary), "--memory-budget", "4GiB",
+            "--workdir", str(work / f"{name}-{hag}"), "--summary-json", str(summary), "--memory-budget", "12GiB",
             "--eval-max-batches", "20", "--checkpoint-every", "off", *(["--max-batches", str(batches)] if batches else [])]
     p = subprocess.run(argv, capture_output=True, text=True)
     if p.returncode != 0:
@@ -177,7 +177,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--datasets", default="cora,citeseer,amazon_computers,coauthor_cs")
     ap.add_argument("--batches", type=int, default=10, help="W1 batches whose blocks are searched and timed")
     ap.add_argument("--train-batches", type=int, default=200, help="W1's end-to-end epochs cut to this")
-    ap.add_argument("--repeat", type=int, default=3, help="timings averaged over this many runs")
+    ap.add_argument("--repeat", type=int, default=10, help="timings averaged over this many runs")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     ap.add_argument("--shared", default=str(REPO.parent / "shared" / "datasets"))

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
 #include <vector>
 
 #include "aggregate.h"
@@ -196,10 +197,10 @@ PYBIND11_MODULE(_native, m) {
             src.shape(0) != hag.num_src) {
           throw std::invalid_argument("hag_sum: rows do not match the HAG");
         }
-        std::vector<float> agg(hag.inputs.size() / 2 * src.shape(1));
+        std::unique_ptr<float[]> agg(new float[hag.inputs.size() / 2 * src.shape(1)]);  // every row written
         float* o = out.mutable_data();
         py::gil_scoped_release release;
-        diskgnn::hag_sum(hag, num_dst, src.data(), src.shape(0), src.shape(1), agg.data(), o, num_threads);
+        diskgnn::hag_sum(hag, num_dst, src.data(), src.shape(0), src.shape(1), agg.get(), o, num_threads);
       },
       py::arg("hag"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
       "out[i] = the sum of destination i's sources, through the HAG.");
@@ -211,11 +212,11 @@ PYBIND11_MODULE(_native, m) {
             grad_out.shape(0) != num_dst || grad_src.shape(0) != hag.num_src) {
           throw std::invalid_argument("hag_sum_transpose: rows do not match the HAG");
         }
-        std::vector<float> grad_agg(hag.inputs.size() / 2 * grad_out.shape(1));
+        std::unique_ptr<float[]> grad_agg(new float[hag.inputs.size() / 2 * grad_out.shape(1)]);  // zeroed inside
         float* g = grad_src.mutable_data();
         py::gil_scoped_release release;
         diskgnn::hag_sum_transpose(hag, num_dst, grad_out.data(), grad_src.shape(0), grad_out.shape(1),
-                                   grad_agg.data(), g, num_threads);
+                                   grad_agg.get(), g, num_threads);
       },
       py::arg("hag"), py::arg("grad_out"), py::arg("grad_src").noconvert(), py::arg("num_threads"),
       "hag_sum's transpose, for backward.");

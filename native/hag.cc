@@ -36,7 +36,10 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
   std::vector<std::vector<int64_t>> lists(num_dst);
   std::vector<char> frozen(num_dst, 0);
   std::vector<std::vector<int32_t>> holders(num_src);  // destinations whose list held the id (some no longer do)
-  std::unordered_map<int64_t, int32_t> shared;          // pair -> destinations whose lists hold both
+  // pair -> destinations whose lists hold both, for the pairs that two or more hold: a pair of sources only
+  // loses destinations as merges go on, so one held by a single destination never matters.
+  std::unordered_map<int64_t, int32_t> shared;
+  std::vector<int64_t> pairs;
   Hag hag;
   hag.num_src = num_src;
   for (int64_t v = 0; v < num_dst; ++v) {
@@ -54,9 +57,17 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
     }
     for (size_t i = 0; i < l.size(); ++i) {
       holders[l[i]].push_back(static_cast<int32_t>(v));
-      for (size_t j = i + 1; j < l.size(); ++j) ++shared[key(l[i], l[j])];
+      for (size_t j = i + 1; j < l.size(); ++j) pairs.push_back(key(l[i], l[j]));
     }
   }
+  std::sort(pairs.begin(), pairs.end());  // runs of equal pairs: a sort is cheaper than hashing every one
+  for (size_t i = 0; i < pairs.size();) {
+    size_t j = i + 1;
+    while (j < pairs.size() && pairs[j] == pairs[i]) ++j;
+    if (j - i >= 2) shared.emplace(pairs[i], static_cast<int32_t>(j - i));
+    i = j;
+  }
+  std::vector<int64_t>().swap(pairs);
   std::priority_queue<std::pair<int32_t, int64_t>> heap;  // (count when pushed, pair); stale entries re-checked
   for (const auto& [k, c] : shared) {
     if (c >= min_shared) heap.emplace(c, k);
@@ -89,7 +100,7 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
       for (int64_t x : l) {
         for (int64_t gone : {u, w}) {
           auto g = shared.find(key(x, gone));
-          if (--g->second == 0) shared.erase(g);
+          if (g != shared.end() && --g->second == 0) shared.erase(g);
         }
         ++shared[key(x, a)];
         fresh.push_back(key(x, a));
@@ -138,26 +149,35 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
 
 void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src, int64_t dim, float* agg, float* out,
              int num_threads) {
-  const int64_t num_agg = static_cast<int64_t>(hag.inputs.size()) / 2;
   const int64_t* in = hag.inputs.data();
   const int64_t* ptr = hag.indptr.data();
   const int64_t* idx = hag.indices.data();
-  const int parts = column_parts((static_cast<int64_t>(hag.indices.size()) + 2 * num_agg) * dim, dim, num_threads);
+  const auto row = [&](int64_t x) { return x < num_src ? src + x * dim : agg + (x - num_src) * dim; };
+  // Whole rows per thread, as csc_sum: a level's nodes split by rows (each reads earlier levels only), then
+  // the destinations by edge-balanced row ranges.
+  for (size_t l = 0; l + 1 < hag.level_bounds.size(); ++l) {
+    const int64_t lo = hag.level_bounds[l], n = hag.level_bounds[l + 1] - lo;
+    const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, 2 * n * dim / (1 << 16))));
+    parallel_parts(parts, [&](int p) {
+      for (int64_t k = lo + n * p / parts; k < lo + n * (p + 1) / parts; ++k) {
+        const float* a = row(in[2 * k]);
+        const float* b = row(in[2 * k + 1]);
+        float* o = agg + k * dim;
+        for (int64_t c = 0; c < dim; ++c) o[c] = a[c] + b[c];
+      }
+    });
+  }
+  const int64_t edges = ptr[num_dst];
+  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, edges * dim / (1 << 16))));
   parallel_parts(parts, [&](int p) {
-    const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts;
-    const auto row = [&](int64_t x) { return x < num_src ? src + x * dim : agg + (x - num_src) * dim; };
-    for (int64_t k = 0; k < num_agg; ++k) {  // levels in order: inputs are ready
-      const float* a = row(in[2 * k]);
-      const float* b = row(in[2 * k + 1]);
-      float* o = agg + k * dim;
-      for (int64_t c = c0; c < c1; ++c) o[c] = a[c] + b[c];
-    }
-    for (int64_t i = 0; i < num_dst; ++i) {
+    const int64_t lo = std::lower_bound(ptr, ptr + num_dst, edges * p / parts) - ptr;
+    const int64_t hi = p == parts - 1 ? num_dst : std::lower_bound(ptr, ptr + num_dst, edges * (p + 1) / parts) - ptr;
+    for (int64_t i = lo; i < hi; ++i) {
       float* o = out + i * dim;
-      std::fill(o + c0, o + c1, 0.0f);
+      std::fill(o, o + dim, 0.0f);
       for (int64_t e = ptr[i]; e < ptr[i + 1]; ++e) {
         const float* s = row(idx[e]);
-        for (int64_t c = c0; c < c1; ++c) o[c] += s[c];
+        for (int64_t c = 0; c < dim; ++c) o[c] += s[c];
       }
     }
   });

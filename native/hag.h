@@ -30,11 +30,12 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
                int64_t min_shared, int max_depth, int64_t max_degree);
 
 /// @brief out[i] = sum over the original list of destination i, computed through the HAG: each level's
-/// aggregation nodes into `agg` (num_agg x dim scratch), then the rewritten lists. Threads take column ranges.
+/// aggregation nodes into `agg` (num_agg x dim scratch), then the rewritten lists. Threads take row ranges.
 void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src, int64_t dim, float* agg, float* out,
              int num_threads);
 
 /// @brief The transpose, for backward: grad_src (overwritten) from grad_out, through the levels in reverse.
+/// Threads take column ranges, so that scattered rows never collide.
 void hag_sum_transpose(const Hag& hag, int64_t num_dst, const float* grad_out, int64_t num_src, int64_t dim,
                        float* grad_agg, float* grad_src, int num_threads);
 

@@ -201,3 +201,29 @@ def test_distributed_bench_smoke(tmp_path):
     assert text.startswith("# notes") and text.count(distributed.markers("synthetic-20000")[0]) == 1
     assert "| 2 nodes x 1 | cooperative |" in text
     assert (tmp_path / "bench" / "distributed-synthetic-20000.png").stat().st_size > 0
+
+
+def test_hag_bench_smoke(tmp_path):
+    """bench.hag at tiny size: W1's sampled blocks in three samplings, Cora's whole graph (redundant: fewer rows
+    through its HAG) and --hag off against on end to end, with the same accuracy; the report section once."""
+    from bench import hag
+    from conftest import shared_dataset
+
+    shared = shared_dataset("planetoid_cora").parent
+    md = tmp_path / "report.md"
+    md.write_text("# notes\n")
+    args = ["--smoke", "--shared", str(shared), "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "h.json"),
+            "--report", str(md)]
+    result = hag.main(args)
+    assert [r["setting"] for r in result["sampled"]] == list(hag.SAMPLED)
+    for r in result["sampled"]:
+        assert r["blocks"] == 2 * r["batches"] and r["rows_hag"] <= r["rows_plain"] and 0 < r["aggregation_share"] < 1
+    (cora,) = result["whole"]
+    assert cora["rows_hag"] < cora["rows_plain"] and cora["agg_nodes"] > 0
+    runs = {(r["dataset"], r["hag"]): r for r in result["train"]}
+    for name in ("cora", "synthetic-20000"):
+        assert "error" not in runs[(name, "off")] and "error" not in runs[(name, "on")], runs
+        assert runs[(name, "on")]["test_acc"] == pytest.approx(runs[(name, "off")]["test_acc"], abs=0.02)
+    assert runs[("cora", "on")]["hag_stats"]["used"] > 0
+    hag.main(args)
+    assert md.read_text().count(hag.MARKERS[0]) == 1
