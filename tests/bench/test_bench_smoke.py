@@ -217,7 +217,8 @@ def test_hag_bench_smoke(tmp_path):
     result = hag.main(args)
     assert [r["setting"] for r in result["sampled"]] == list(hag.SAMPLED)
     for r in result["sampled"]:
-        assert r["blocks"] == 2 * r["batches"] and r["rows_hag"] <= r["rows_plain"] and 0 < r["aggregation_share"] < 1
+        # the share is timed apart from the step: at this size noise can put it above 1
+        assert r["blocks"] == 2 * r["batches"] and r["rows_hag"] <= r["rows_plain"] and r["aggregation_share"] > 0
     (cora,) = result["whole"]
     assert cora["rows_hag"] < cora["rows_plain"] and cora["agg_nodes"] > 0
     runs = {(r["dataset"], r["hag"]): r for r in result["train"]}
