@@ -6,8 +6,9 @@
 Blocks: W1's first --batches batches sampled as training samples them (fanouts 10,5 and 25,10 with
 neighbour sampling, and 10,5 with LABOR and layer dependency), each block searched (native/hag.h,
 capacity a quarter of its destinations) and its neighbour sums timed forward and backward, plain and
-through the HAG (native, --threads threads), at the model's widths (features in, hidden 256 above); the
-train step's time beside them gives the share of a step that aggregation is (the ceiling of any saving).
+through the HAG (native, on torch's threads), at the model's widths (features in, hidden 256 above), backward
+only above the input layer (the input rows need no gradient, so training runs none there); the train
+step's time beside them gives the share of a step that aggregation is (the ceiling of any saving).
 Whole graphs: each dataset's full-neighbour block over all nodes, at widths 256. End to end: one
 `diskgnn.train` epoch per setting with --hag off and on (sage; full neighbours on the real graphs, the
 sampled fanouts on W1, cut to --train-batches), epoch time and test accuracy. W1's whole graph (80M
@@ -52,8 +53,9 @@ def timed(fn, repeat: int) -> float:
     return (time.perf_counter() - start) / repeat
 
 
-def sums(block, width: int, repeat: int) -> dict:
-    """Forward and backward seconds of the block's neighbour sums, plain and through its HAG."""
+def sums(block, width: int, repeat: int, backward: bool = True) -> dict:
+    """Forward and (where training runs one) backward seconds of the block's neighbour sums, plain and through
+    its HAG."""
     h = torch.randn(block.num_src, width)
     grad = torch.randn(block.num_dst, width)
     hag, plain, through = search(block)
@@ -67,7 +69,8 @@ def sums(block, width: int, repeat: int) -> dict:
             x.grad = None
             block.sum_neighbours(x).backward(grad)
 
-        out[f"{name}_fwd_s"], out[f"{name}_bwd_s"] = fwd, max(0.0, timed(both, repeat) - fwd)
+        out[f"{name}_fwd_s"] = fwd
+        out[f"{name}_bwd_s"] = max(0.0, timed(both, repeat) - fwd) if backward else 0.0
     block.hag = None
     return {**out, "rows_plain": plain, "rows_hag": through, "agg_nodes": hag.num_agg}
 
@@ -94,11 +97,11 @@ def sampled_blocks_study(data: Path, batches: int, repeat: int, hidden: int) -> 
                 torch.nn.functional.cross_entropy(model(blocks, x), y).backward()
 
             acc["step_s"] += timed(step, repeat)
-            for block, width in zip(blocks, [ds.feature_dim] + [hidden] * (len(blocks) - 1)):
+            for i, (block, width) in enumerate(zip(blocks, [ds.feature_dim] + [hidden] * (len(blocks) - 1))):
                 start = time.perf_counter()
                 search(block)
                 acc["search_s"] += time.perf_counter() - start
-                r = sums(block, width, repeat)
+                r = sums(block, width, repeat, backward=i > 0)  # the input rows need no gradient
                 acc["blocks"] += 1
                 for key in ("rows_plain", "rows_hag", "agg_nodes", "plain_fwd_s", "plain_bwd_s", "hag_fwd_s",
                             "hag_bwd_s"):
