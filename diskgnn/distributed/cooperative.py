@@ -154,9 +154,9 @@ def forward(model, share: Share, x: torch.Tensor) -> tuple[torch.Tensor, int]:
     h = model.dropout(x) if model.kind == "gat" else x
     sent = 0
     for i, layer in enumerate(share.layers):
-        rows = h[layer.send]
+        rows = h[layer.send].float()  # bf16 under autocast: sent as float32, which every backend reduces
         sent += rows.numel() * rows.element_size() * (1 if i == 0 else 2)
-        received = AllToAll.apply(rows, layer.send_counts, layer.recv_counts)
+        received = AllToAll.apply(rows, layer.send_counts, layer.recv_counts).to(h.dtype)
         h = model.layer(i, layer.block, torch.cat([h, received])[layer.gather])
     return h, sent
 

@@ -48,7 +48,8 @@ class Dropout(nn.Module):
         if h.device.type != "cpu":
             return F.dropout(h, self.p, True)
         keep = self.rng.random(tuple(h.shape), dtype=np.float32) >= self.p
-        return h * torch.from_numpy(keep.astype(np.float32) * np.float32(1 / (1 - self.p)))
+        # in h's dtype: a float32 mask would promote bf16 activations back to float32
+        return h * torch.from_numpy(keep.astype(np.float32) * np.float32(1 / (1 - self.p))).to(h.dtype)
 
 
 class SAGELayer(nn.Module):
@@ -89,6 +90,12 @@ class GATLayer(nn.Module):
         nn.init.xavier_uniform_(self.att_dst)
 
     def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(h.device.type, enabled=False):
+            return self._attend(block, h.float())
+
+    def _attend(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
+        # Always float32, bf16 autocast or not: bf16 projections moved the attention weights' gradients by a
+        # quarter (their sums over edges cancel), and GAT's step, its edge work, ran no faster in bf16 on W1.
         nd = block.num_dst
         z = self.lin(h).view(-1, self.heads, self.d_head)
         a_src = (z * self.att_src).sum(-1)  # [num_src, heads]

@@ -31,6 +31,7 @@ from ..units import parse_size
 SAMPLING = ("offline", "replay", "online")
 EVAL = ("sampled", "full", "none")
 DEVICES = ("auto", "cpu", "cuda")
+PRECISIONS = ("fp32", "bf16", "auto")
 
 
 @dataclass
@@ -49,6 +50,10 @@ class TrainConfig:
     max_batches: int | None = field(default=None, metadata={"help": "stop each epoch after N batches"})
     seed: int = field(default=0, metadata={"help": "seed for sampling, initialisation and dropout"})
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda", "choices": DEVICES})
+    precision: str = field(default="fp32", metadata={
+        "help": "bf16: the layers under autocast in bfloat16 (weights, optimizer, loss and neighbour sums in "
+                "fp32); auto: bf16 where the device computes it natively (AVX-512 BF16, AMX, CUDA), else fp32",
+        "choices": PRECISIONS})
     memory_budget: str = field(default=defaults.MEMORY_BUDGET, metadata={"help": "all host memory the run may use"})
     host_cache: str = field(default="auto", metadata={
         "help": "host cache tier budget (auto: half of what the budget leaves after the working set)"})

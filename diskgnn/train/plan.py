@@ -85,6 +85,17 @@ def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
     return defaults.PACK_PLAN_BYTES_PER_ROW * rows * batches + recent_table
 
 
+def resolve_precision(cfg: TrainConfig, device: str) -> str:
+    """fp32 or bf16: --precision, with auto resolved by what the device computes natively."""
+    import torch
+
+    if cfg.precision != "auto":
+        return cfg.precision
+    if device == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
+    return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+
+
 def resolve_device(cfg: TrainConfig) -> str:
     import torch
 

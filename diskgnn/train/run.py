@@ -41,7 +41,7 @@ from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from .checkpoints import EpochState
 from .config import TrainConfig, save
-from .plan import Plan, disk_copies, make_plan, resolve_device
+from .plan import Plan, disk_copies, make_plan, resolve_device, resolve_precision
 
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -52,6 +52,7 @@ class Run:
     def __init__(self, cfg: TrainConfig, group: Group = Group()):
         self.cfg, self.group = cfg, group
         self.device = resolve_device(cfg)
+        self.precision = resolve_precision(cfg, self.device)
         self.data = Path(cfg.data) if cfg.data else default_dataset(cfg.progress)
         self.ds = open_dataset(self.data)
         try:
@@ -89,7 +90,8 @@ class Run:
         cfg, ds = self.cfg, self.ds
         group = self.group
         plan = make_plan(ds, self.source, cfg, self.device)
-        for line in plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines():
+        for line in (plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines()
+                     + self.precision_lines()):
             self.say(line)
         self.read_depth = plan.read_depth
         if cfg.sampling == "online":
@@ -139,6 +141,20 @@ class Run:
                     f"batches beyond a multiple of {g.world} are dropped)")
         return (f"plan: {g.describe()}: --memory-budget {cfg.memory_budget} is this process's (every rank "
                 f"plans its own); {step}; evaluation sharded over the ranks; workdir {self.workdir}")
+
+    def precision_lines(self) -> list[str]:
+        if self.cfg.precision == "fp32":
+            return []
+        how = ("the layers under autocast in bfloat16; weights, optimizer state, loss and neighbour sums in fp32"
+               + ("; gat's layers stay fp32 (their edge work is their cost, and bf16 moved its attention "
+                  "gradients)" if self.cfg.model == "gat" else "")
+               if self.precision == "bf16" else "this device has no native bf16")
+        return [f"plan: --precision {self.cfg.precision}: {self.precision} ({how})"]
+
+    def autocast(self):
+        """The layers' precision: bf16 autocast, or nothing to change."""
+        return torch.autocast("cuda" if self.device == "cuda" else "cpu", dtype=torch.bfloat16,
+                              enabled=self.precision == "bf16")
 
     def hag_lines(self) -> list[str]:
         cfg = self.cfg
@@ -216,12 +232,15 @@ class Run:
         """One batch's forward and backward, gradients summed over the ranks where there are several: the
         loss (this rank's seeds' mean; cooperative: their part of the global batch's mean) and the bytes sent."""
         if work.share is not None:
-            logits, sent = cooperative.forward(model, work.share, work.x)
-            loss = cooperative.loss(logits, work.labels, work.share)
+            with self.autocast():
+                logits, sent = cooperative.forward(model, work.share, work.x)
+            loss = cooperative.loss(logits.float(), work.labels, work.share)
             loss.backward()
             cooperative.sum_gradients(model)
             return loss * work.share.num_seeds / max(1, work.labels.numel()), sent
-        loss = F.cross_entropy((self.ddp or model)(work.blocks, work.x), work.labels)
+        with self.autocast():
+            logits = (self.ddp or model)(work.blocks, work.x)
+        loss = F.cross_entropy(logits.float(), work.labels)
         loss.backward()  # DDP averages the ranks' gradients as it goes
         return loss, 0
 
@@ -291,9 +310,10 @@ class Run:
                 seeds = seeds[: self.cfg.eval_max_batches * self.cfg.batch_size]
             if seeds.size == 0:
                 return 0, 0
-            logits = full_neighbour_logits(model, self.ds, seeds, self.workdir / "inference",
-                                           batch_size=self.cfg.batch_size, device=self.device,
-                                           features=self.source)
+            with self.autocast():
+                logits = full_neighbour_logits(model, self.ds, seeds, self.workdir / "inference",
+                                               batch_size=self.cfg.batch_size, device=self.device,
+                                               features=self.source)
             return int((logits.argmax(1).numpy() == self.labels[seeds]).sum()), int(seeds.size)
         if split not in self.eval_files and self.cfg.sampling != "online":
             return 0, 0  # this rank's share of the split is empty
@@ -304,7 +324,8 @@ class Run:
         correct = total = 0
         with loader.pipeline(order) as pipeline:
             for work in pipeline:
-                pred = model(work.blocks, work.x).argmax(1)
+                with self.autocast():
+                    pred = model(work.blocks, work.x).argmax(1)
                 correct += int((pred == work.labels).sum())
                 total += work.labels.numel()
         return correct, total
