@@ -5,7 +5,8 @@
     python -m bench.accuracy --study quantized [--datasets ...,synthetic] [--features fp32,sq1,...]
                              [--seeds 3] [--pause-while FILE]
     python -m bench.accuracy --study sampler [--datasets ...,synthetic] [--settings "neighbor;labor;..."]
-    python -m bench.accuracy [--study quantized|sampler] --smoke     # Cora, 1 seed, 3 epochs: the test suite
+    python -m bench.accuracy --study precision [--datasets ...,synthetic]
+    python -m bench.accuracy [--study quantized|sampler|precision] --smoke  # Cora, 1 seed, 3 epochs: the tests
 
 The reference study (the default): for every dataset x model x seed it trains
 three times with the same hyper-parameters and the same initial weights:
@@ -27,7 +28,8 @@ The sampler study (issue 22): for every dataset (the four real ones and
 train's synthetic default) it trains GraphSAGE offline with neighbour
 sampling and with each LABOR setting (layer dependency, batch dependency κ),
 seeds 0..N-1, and compares each setting's test accuracy with neighbour
-sampling's, paired by seed.
+sampling's, paired by seed. The precision study (issue 25) does the same
+with --precision bf16 against fp32.
 
 Datasets are prepared once into --workdir/data (the variants beside their
 features); results go to bench/results/accuracy[-quantized].json and the
@@ -164,6 +166,12 @@ SAMPLER_SETTINGS = {
 }
 SAMPLER_DATASETS = (*DATASETS, SYNTHETIC)
 SAMPLER_MARKERS = ("<!-- bench.accuracy --study sampler: begin -->", "<!-- bench.accuracy --study sampler: end -->")
+# The precision study (issue 25): bf16 autocast against fp32, the same datasets, seeds and runs otherwise.
+PRECISION_SETTINGS = {"fp32": {}, "bf16": dict(precision="bf16")}
+PRECISION_MARKERS = ("<!-- bench.accuracy --study precision: begin -->",
+                     "<!-- bench.accuracy --study precision: end -->")
+# Studies of settings against a baseline (the first setting), paired by seed: their settings and report section.
+SETTINGS_STUDIES = {"sampler": (SAMPLER_SETTINGS, SAMPLER_MARKERS), "precision": (PRECISION_SETTINGS, PRECISION_MARKERS)}
 
 
 def wait_while(flag: Path | None) -> None:
@@ -523,10 +531,11 @@ def _quantized_runs(args, names, features, work, out, info, command, pause, shar
     return result
 
 
-def sampler_study(args, names: list[str], settings: list[str], work: Path, out: Path, md: Path, info: dict,
-                  command: str) -> dict:
-    """Every dataset x setting x seed trained offline (GraphSAGE, the quantized study's hyper-parameters);
-    each setting's test accuracy against neighbour sampling's, paired by seed."""
+def settings_study(args, names: list[str], settings: list[str], work: Path, out: Path, md: Path, info: dict,
+                   command: str) -> dict:
+    """Every dataset x setting x seed of args.study's settings trained offline (GraphSAGE, the quantized study's
+    hyper-parameters); each setting's test accuracy against the baseline's (the first setting), paired by seed."""
+    table, markers = SETTINGS_STUDIES[args.study]
     pause = Path(args.pause_while) if args.pause_while else None
     seeds = list(range(args.seeds))
     start = time.perf_counter()
@@ -554,7 +563,7 @@ def sampler_study(args, names: list[str], settings: list[str], work: Path, out: 
                     tasks.append(dict(pause=pause, data=data, model=QUANT_MODEL, seed=seed, epochs=epochs,
                                       mode="offline", host_fraction=args.host_cache_fraction,
                                       workdir=work / "runs" / tag, log=work / "logs" / f"{tag}.log",
-                                      **limits, **SAMPLER_SETTINGS[setting]))
+                                      **limits, **table[setting]))
             done = pool.map(_paused_run, tasks) if pool else map(_paused_run, tasks)
             for i, summary in enumerate(done):
                 setting, seed = settings[i // len(seeds)], seeds[i % len(seeds)]
@@ -563,17 +572,17 @@ def sampler_study(args, names: list[str], settings: list[str], work: Path, out: 
                     mine = runs[-len(seeds):]
                     print(f"{name} {setting}: test acc " + " ".join(f"{100 * r['test_acc']:.1f}" for r in mine)
                           + f" ({sum(r['wall_s'] for r in mine):.0f} s)", flush=True)
-            rows = sampler_aggregate(runs)
-            result = {"benchmark": "accuracy-sampler", "machine": info, "versions": versions(), "command": command,
+            rows = settings_aggregate(runs, settings[0])
+            result = {"benchmark": f"accuracy-{args.study}", "machine": info, "versions": versions(), "command": command,
                       "torch_threads": torch.get_num_threads(), "device": runs[-1]["device"], "seeds": seeds,
-                      "model": QUANT_MODEL, "settings": {k: SAMPLER_SETTINGS[k] for k in settings},
+                      "model": QUANT_MODEL, "settings": {k: table[k] for k in settings}, "baseline": settings[0],
                       "hyperparameters": {**HPARAMS, "layers": 2, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
                                           "host_cache_fraction": args.host_cache_fraction, "backend": BACKEND},
                       "datasets": datasets, "runs": runs, "aggregate": rows, "smoke": args.smoke,
                       "wall_s": time.perf_counter() - start}
             write_json(out, result)  # after every dataset: a long run that stops keeps what it measured
-    write_section(md, sampler_markdown(result), SAMPLER_MARKERS)
-    print(sampler_table(result["aggregate"]))
+    write_section(md, (sampler_markdown if args.study == "sampler" else precision_markdown)(result), markers)
+    print(settings_table(result["aggregate"], settings[0]))
     print(f"wrote {md}")
     return result
 
@@ -582,16 +591,16 @@ def setting_slug(setting: str) -> str:
     return "".join(c for c in setting.replace("κ=", "k") if c.isalnum()) or "setting"
 
 
-def sampler_aggregate(runs: list[dict]) -> list[dict]:
-    """Per dataset and setting: test accuracy, and its change against neighbour sampling in points (paired by
-    seed: the same initial weights; the batches differ by the sampler alone)."""
+def settings_aggregate(runs: list[dict], baseline: str) -> list[dict]:
+    """Per dataset and setting: test accuracy, and its change against the baseline setting in points (paired by
+    seed: the same initial weights; the runs differ by the setting alone)."""
     rows = []
     for dataset in dict.fromkeys(r["dataset"] for r in runs):
-        base = {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == dataset and r["setting"] == "neighbor"}
+        base = {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == dataset and r["setting"] == baseline}
         for setting in dict.fromkeys(r["setting"] for r in runs if r["dataset"] == dataset):
             acc = {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == dataset and r["setting"] == setting}
             row = {"dataset": dataset, "setting": setting, "test": _stats(list(acc.values())), "delta": None,
-                   "delta_se": None}
+                   "delta_se": None, "baseline": setting == baseline}
             seeds = sorted(set(acc) & set(base))
             if seeds:
                 diff = 100 * np.array([acc[s] - base[s] for s in seeds])
@@ -601,7 +610,7 @@ def sampler_aggregate(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def sampler_table(rows: list[dict]) -> str:
+def settings_table(rows: list[dict], baseline: str) -> str:
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     cell = {(r["dataset"], r["setting"]): r for r in rows}
@@ -614,7 +623,7 @@ def sampler_table(rows: list[dict]) -> str:
                 cells.append("—")
                 continue
             text = _pm(r["test"])
-            if setting != "neighbor" and r["delta"] is not None:
+            if setting != baseline and r["delta"] is not None:
                 text += f" ({_delta(r)})"
                 losses.append(-r["delta"])
             cells.append(text)
@@ -644,7 +653,33 @@ every epoch walks the same permutation of the train nodes in windows of κ batch
 to batch and across epochs); where an epoch is cut to its first batches (synthetic) it trains the same seeds
 every epoch.
 
-{sampler_table(result['aggregate'])}
+{settings_table(result['aggregate'], "neighbor")}
+
+{verdict}
+
+Datasets:
+
+{chr(10).join(ds_lines)}
+"""
+
+
+def precision_markdown(result: dict) -> str:
+    hp = result["hyperparameters"]
+    ds_lines = [f"- {name}: {d['nodes']:,} nodes, {d['epochs']} epochs of {d['train_batches']} batch(es)"
+                + (f" (cut to {d['limits']['max_batches']} batches, evaluated on {d['limits']['eval_max_batches']})"
+                   if d["limits"] else "") + f"; {d['split']}" for name, d in result["datasets"].items()]
+    losses = [-r["delta"] for r in result["aggregate"] if r["delta"] is not None and not r["baseline"]]
+    verdict = f"Largest loss of bf16 on any dataset: {max(losses):.2f} points." if losses else "bf16 was not run."
+    return f"""## Precision: bf16 autocast against fp32 (issue 25)
+
+`{result['command']}`; {len(result['runs'])} runs in {result['wall_s'] / 60:.1f} min; GraphSAGE offline, hidden
+{hp['hidden']}, fanouts {hp['fanouts']}, batch {hp['batch_size']}, lr {hp['lr']}, dropout {hp['dropout']}, seeds
+{", ".join(map(str, result['seeds']))}. bf16: `--precision bf16`, the layers under autocast in bfloat16, weights,
+optimizer state, loss and neighbour sums in fp32. Test accuracy (%) mean ± std over the seeds; in brackets the
+change against fp32 in points, mean ± its standard error, paired by seed (same initial weights, batches and
+dropout masks).
+
+{settings_table(result['aggregate'], "fp32")}
 
 {verdict}
 
@@ -655,7 +690,7 @@ Datasets:
 
 
 def _delta(r: dict) -> str:
-    if r.get("features") == RAW_FEATURES or r.get("setting") == "neighbor":
+    if r.get("features") == RAW_FEATURES or r.get("baseline"):
         return "(baseline)"
     se = f" ({r['delta_se']:.2f})" if r["delta_se"] is not None else ""
     return f"{r['delta']:+.2f}{se}"
@@ -865,13 +900,14 @@ Datasets (the real ones prepared as above, coauthor_cs_sum1 also with `--normali
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--study", choices=("reference", "quantized", "sampler"), default="reference",
+    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision"), default="reference",
                     help="reference: diskgnn.train against the in-memory reference; quantized: fp32 against "
                          "each quantized variant (issue 7); sampler: neighbour sampling against LABOR and "
-                         "dependent minibatches (issue 22)")
+                         "dependent minibatches (issue 22); precision: bf16 against fp32 (issue 25)")
     ap.add_argument("--settings",
-                    help="sampler study: settings to run, separated by ';' (default all; neighbor, the baseline, "
-                         "is added when missing), from: " + "; ".join(SAMPLER_SETTINGS))
+                    help="sampler and precision studies: settings to run, separated by ';' (default all; the "
+                         "baseline, neighbor or fp32, is added when missing), from: " + "; ".join(SAMPLER_SETTINGS)
+                         + "; " + "; ".join(PRECISION_SETTINGS))
     ap.add_argument("--datasets", help="comma-separated, from " + ", ".join(QUANT_DATASETS) + " (default: "
                     + ", ".join(DATASETS) + f"; the quantized study adds {SYNTHETIC}, train's built-in dataset)")
     ap.add_argument("--models", help="reference study: comma-separated, from sage, gcn, gat (default sage,gcn); "
@@ -897,22 +933,23 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="cora, 1 seed, 3 epochs (for the test suite); the "
                                                          "quantized study with fp32, sq16 and sq1")
     args = ap.parse_args(argv)
-    quantized, sampler = args.study == "quantized", args.study == "sampler"
+    quantized, sampler = args.study == "quantized", args.study in SETTINGS_STUDIES
     if args.smoke:
         args.datasets, args.seeds, args.epochs = "cora", 1, args.epochs or 3
         if quantized:
             args.features = "fp32,sq16,sq1"
-        args.settings = args.settings or "neighbor;labor + layer dep., κ=4"
+        args.settings = args.settings or ("neighbor;labor + layer dep., κ=4" if args.study == "sampler" else None)
     known = QUANT_DATASETS if quantized else SAMPLER_DATASETS if sampler else tuple(DATASETS)
     names = (args.datasets or ",".join(known)).split(",")
     if (quantized or sampler) and args.models is not None:
         raise SystemExit(f"bench.accuracy: --models is for the reference study; the {args.study} study trains "
                          f"{QUANT_MODEL}")
-    chosen = args.settings.split(";") if args.settings else SAMPLER_SETTINGS
-    settings = list(dict.fromkeys(["neighbor", *(t.strip() for t in chosen if t.strip())]))
-    if sampler and set(settings) - set(SAMPLER_SETTINGS):
-        raise SystemExit(f"bench.accuracy: --settings: unknown {sorted(set(settings) - set(SAMPLER_SETTINGS))}; "
-                         "choose from " + "; ".join(SAMPLER_SETTINGS))
+    table = SETTINGS_STUDIES.get(args.study, (SAMPLER_SETTINGS, None))[0]
+    chosen = args.settings.split(";") if args.settings else table
+    settings = list(dict.fromkeys([next(iter(table)), *(t.strip() for t in chosen if t.strip())]))
+    if sampler and set(settings) - set(table):
+        raise SystemExit(f"bench.accuracy: --settings: unknown {sorted(set(settings) - set(table))}; "
+                         "choose from " + "; ".join(table))
     models = [QUANT_MODEL] if quantized or sampler else (args.models or "sage,gcn").split(",")
     unknown = [n for n in names if n not in known] + [m for m in models if m not in ("sage", "gcn", "gat")]
     if unknown:
@@ -944,7 +981,7 @@ def main(argv=None) -> dict:
             raise SystemExit("bench.accuracy: --render-only is for the quantized study")
         return render_quantized(out, md, command)
     if sampler:
-        result = sampler_study(args, names, settings, work, out, md, info, command)
+        result = settings_study(args, names, settings, work, out, md, info, command)
         return result
     study = quantized_study if quantized else reference_study
     result = study(args, names, models, features, work, out, md, info, command)

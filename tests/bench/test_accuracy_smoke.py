@@ -167,3 +167,21 @@ def test_sampler_accuracy_bench_smoke(tmp_path):
     assert text.startswith("# Accuracy\n\nThe reference study's part.") and "Largest loss of any setting" in text
     with pytest.raises(SystemExit, match="unknown"):
         accuracy.main(["--study", "sampler", "--smoke", "--settings", "labor;poisson", "--out", str(out)])
+
+
+def test_precision_accuracy_bench_smoke(tmp_path):
+    """The precision study on Cora: fp32 and bf16 paired by seed, in its own section of the markdown."""
+    shared_dataset("planetoid_cora")
+    from bench import accuracy
+
+    md = tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n")
+    out = tmp_path / "p.json"
+    accuracy.main(["--study", "precision", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
+                   "--markdown", str(md)])
+    saved = json.loads(out.read_text())
+    assert [r["setting"] for r in saved["runs"]] == ["fp32", "bf16"] and saved["baseline"] == "fp32"
+    rows = {r["setting"]: r for r in saved["aggregate"]}
+    assert rows["fp32"]["delta"] == 0.0 and abs(rows["bf16"]["delta"]) < 10
+    text = md.read_text()
+    assert accuracy.PRECISION_MARKERS[0] in text and "| bf16 |" in text and "Largest loss of bf16" in text
