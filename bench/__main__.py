@@ -6,8 +6,8 @@
 import importlib
 import sys
 
-BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "dependent", "distributed", "accuracy",
-              "faults", "budget"]
+BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "dependent", "distributed", "hag", "step",
+              "accuracy", "faults", "budget"]
 
 
 def main(argv=None) -> None:

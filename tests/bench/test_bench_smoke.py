@@ -228,3 +228,21 @@ def test_hag_bench_smoke(tmp_path):
     assert runs[("cora", "on")]["hag_stats"]["used"] > 0
     hag.main(args)
     assert md.read_text().count(hag.MARKERS[0]) == 1
+
+
+def test_step_bench_smoke(tmp_path):
+    """bench.step at tiny size: each model's step in fp32 and bf16 beside its linear maps alone, with a profile
+    whose ops include the native neighbour sum; the report section once."""
+    from bench import step
+
+    md = tmp_path / "report.md"
+    md.write_text("# notes\n")
+    args = ["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "s.json"), "--report", str(md)]
+    result = step.main(args)
+    assert [(r["model"], r["precision"]) for r in result["rows"]] == [
+        ("sage", "fp32"), ("sage", "bf16"), ("gat", "fp32"), ("gat", "bf16")]
+    for r in result["rows"]:
+        assert r["step_ms"] > 0 and r["floor_ms"] > 0 and r["profile"]
+    assert any(p["op"] == "NeighbourSum" for p in result["rows"][0]["profile"])
+    step.main(args)
+    assert md.read_text().count(step.MARKERS[0]) == 1
