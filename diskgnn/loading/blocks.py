@@ -47,10 +47,12 @@ class TensorBlock:
         return self._map(lambda t: t.pin_memory())
 
     def sum_neighbours(self, h: torch.Tensor) -> torch.Tensor:
-        """Row i: the sum of h over dst i's sources (native kernels on the CPU, in float32)."""
-        if h.device.type == "cpu" and h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16):
-            # bf16 rows (a layer under autocast) are summed in float32, as autocast reduces
-            return (NeighbourSum if self.hag is None else HagSum).apply(h.float(), self)
+        """Row i: the sum of h over dst i's sources (native kernels on the CPU). bf16 rows (a layer under
+        autocast) are summed in float32, as autocast reduces, on any device."""
+        if h.dtype == torch.bfloat16:
+            h = h.float()
+        if h.device.type == "cpu" and h.dim() == 2 and h.dtype == torch.float32:
+            return (NeighbourSum if self.hag is None else HagSum).apply(h, self)
         out = h.new_zeros((self.num_dst,) + tuple(h.shape[1:]))
         return out.index_add_(0, self.dst, h[self.indices])
 

@@ -34,6 +34,10 @@ def test_bf16_rows_are_summed_in_float32():
     expected = torch.zeros(3, 17).index_add_(0, block.dst, h.float()[block.indices])
     assert out.dtype == torch.float32
     torch.testing.assert_close(out, expected)
+    rows = torch.randn(3, 2, 5).bfloat16()  # not 2-d: torch's path, which CUDA takes too, also sums in float32
+    out = block.sum_neighbours(rows)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.zeros(3, 2, 5).index_add_(0, block.dst, rows.float()[block.indices]))
 
 
 def test_dropout_keeps_the_activations_dtype():
