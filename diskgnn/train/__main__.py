@@ -13,7 +13,9 @@ def main(argv=None) -> None:
 
 
 def cli() -> int:
-    return run_cli("train", main)
+    from ..distributed.group import exit_rank
+
+    return exit_rank(run_cli("train", main))
 
 
 if __name__ == "__main__":

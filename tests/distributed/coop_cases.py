@@ -5,6 +5,7 @@ one process (the oracle) and compares."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -93,6 +94,8 @@ def _ranks(data: str, out: str) -> None:
     del ddp
     dist.barrier()  # no rank tears its connections down while another still uses them
     dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)  # as diskgnn.train's ranks do (distributed/group.py, exit_rank): gloo can abort the teardown
 
 
 if __name__ == "__main__":
