@@ -277,6 +277,16 @@ def diskgnn_run(data: Path, model: str, seed: int, epochs: int, mode: str, host_
             "wall_s": wall, "tier_hit_rates": hits, "device": summary["device"]}
 
 
+def paired_delta(acc: dict, base: dict) -> tuple[float | None, float | None]:
+    """The change of test accuracy against the baseline in points over the seeds both have (seed -> accuracy):
+    its mean and the mean's standard error (None where undefined)."""
+    seeds = sorted(set(acc) & set(base))
+    if not seeds:
+        return None, None
+    diff = 100 * np.array([acc[s] - base[s] for s in seeds])
+    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
+
+
 def _stats(values: list[float]) -> dict:
     a = np.asarray(values, dtype=np.float64)
     return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else 0.0, "n": int(a.size)}
@@ -405,12 +415,8 @@ def quantized_aggregate(runs: list[dict], variants: dict[str, dict], datasets: d
                        fit["report"], DataShape.sparse(fit["data"]["zero_share"]))),
                    "fidelity": fit.get("report") if fit else None,
                    "delta": None, "delta_se": None}
-            seeds = sorted(set(acc) & set(base))
-            if seeds:
-                # Same seed, same initial weights, batches and dropout masks: only the feature values differ.
-                diff = 100 * np.array([acc[s] - base[s] for s in seeds])
-                row["delta"] = float(diff.mean())
-                row["delta_se"] = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
+            # Same seed, same initial weights, batches and dropout masks: only the feature values differ.
+            row["delta"], row["delta_se"] = paired_delta(acc, base)
             rows.append(row)
     return rows
 
@@ -601,11 +607,7 @@ def settings_aggregate(runs: list[dict], baseline: str) -> list[dict]:
             acc = {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == dataset and r["setting"] == setting}
             row = {"dataset": dataset, "setting": setting, "test": _stats(list(acc.values())), "delta": None,
                    "delta_se": None, "baseline": setting == baseline}
-            seeds = sorted(set(acc) & set(base))
-            if seeds:
-                diff = 100 * np.array([acc[s] - base[s] for s in seeds])
-                row["delta"] = float(diff.mean())
-                row["delta_se"] = float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
+            row["delta"], row["delta_se"] = paired_delta(acc, base)
             rows.append(row)
     return rows
 

@@ -50,7 +50,8 @@ def layouts(procs: list[int], nodes: list[tuple[int, int]]) -> list[tuple[int, i
     return [(1, p) for p in procs] + nodes
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on localhost that nothing listens on now (a rendezvous for torchrun)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -71,7 +72,7 @@ def launch(name: str, mode: str, nodes: int, per_node: int, data: Path, work: Pa
              *(["--eval", "sampled", "--eval-max-batches", str(args.eval_batches)] if args.eval_batches
                else ["--eval", "none"]),
              *(["--max-batches", str(args.batches)] if args.batches else [])]
-    port = _free_port()
+    port = free_port()
     argvs = []
     for node in range(nodes):
         rendezvous = ["--standalone"] if nodes == 1 else [f"--nnodes={nodes}", f"--node-rank={node}",

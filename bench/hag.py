@@ -53,12 +53,12 @@ def timed(fn, repeat: int) -> float:
     return (time.perf_counter() - start) / repeat
 
 
-def sums(block, width: int, repeat: int, backward: bool = True) -> dict:
+def sums(block, found, width: int, repeat: int, backward: bool = True) -> dict:
     """Forward and (where training runs one) backward seconds of the block's neighbour sums, plain and through
-    its HAG."""
+    its HAG (`found`: search(block)'s result)."""
     h = torch.randn(block.num_src, width)
     grad = torch.randn(block.num_dst, width)
-    hag, plain, through = search(block)
+    hag, plain, through = found
     out = {}
     for name, used in (("plain", None), ("hag", hag)):
         block.hag = used
@@ -99,9 +99,9 @@ def sampled_blocks_study(data: Path, batches: int, repeat: int, hidden: int) -> 
             acc["step_s"] += timed(step, repeat)
             for i, (block, width) in enumerate(zip(blocks, [ds.feature_dim] + [hidden] * (len(blocks) - 1))):
                 start = time.perf_counter()
-                search(block)
+                found = search(block)
                 acc["search_s"] += time.perf_counter() - start
-                r = sums(block, width, repeat, backward=i > 0)  # the input rows need no gradient
+                r = sums(block, found, width, repeat, backward=i > 0)  # the input rows need no gradient
                 acc["blocks"] += 1
                 for key in ("rows_plain", "rows_hag", "agg_nodes", "plain_fwd_s", "plain_bwd_s", "hag_fwd_s",
                             "hag_bwd_s"):
@@ -118,9 +118,10 @@ def whole_graph(name: str, data: Path, repeat: int, width: int) -> dict:
     ds = open_dataset(data)
     block, _ = full_block(np.asarray(ds.indptr), np.asarray(ds.indices), np.arange(ds.num_nodes))
     start = time.perf_counter()
-    hag, _, _ = search(block)
+    found = search(block)
+    hag = found[0]
     r = {"dataset": name, "nodes": ds.num_nodes, "edges": ds.num_edges, "search_s": time.perf_counter() - start,
-         "levels": len(hag.level_bounds) - 1, "frozen": hag.frozen, **sums(block, width, repeat)}
+         "levels": len(hag.level_bounds) - 1, "frozen": hag.frozen, **sums(block, found, width, repeat)}
     print(f"{name}: rows {r['rows_hag'] / r['rows_plain']:.3f}x, search {r['search_s']:.1f} s, backward "
           f"{r['hag_bwd_s'] / max(1e-9, r['plain_bwd_s']):.2f}x", flush=True)
     return r

@@ -1,23 +1,14 @@
 #include "aggregate.h"
 
+#include "parallel.h"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
-#include <thread>
-#include <vector>
 
 namespace diskgnn {
 namespace {
-
-// Runs fn(part) for part in [0, parts) on up to `parts` threads, the caller's included.
-template <typename Fn>
-void parallel_parts(int parts, Fn fn) {
-  std::vector<std::thread> threads;
-  for (int p = 1; p < parts; ++p) threads.emplace_back(fn, p);
-  fn(0);
-  for (auto& t : threads) t.join();
-}
 
 void check_indices(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_src) {
   if (num_dst < 0 || indptr[0] != 0) throw std::invalid_argument("csc_sum: indptr must start at 0");
@@ -30,11 +21,6 @@ void check_indices(const int64_t* indptr, const int64_t* indices, int64_t num_ds
                                   std::to_string(num_src) + ")");
     }
   }
-}
-
-// Small blocks are not worth a thread.
-int parts_for(int64_t work, int num_threads) {
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, work / (1 << 16))));
 }
 
 }  // namespace
@@ -63,8 +49,7 @@ void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, con
 void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* grad_out,
                        int64_t num_src, int64_t dim, float* grad_src, int num_threads) {
   check_indices(indptr, indices, num_dst, num_src);
-  const int parts = static_cast<int>(std::min<int64_t>(parts_for(indptr[num_dst] * dim, num_threads),
-                                                       std::max<int64_t>(1, dim / 16)));
+  const int parts = column_parts(indptr[num_dst] * dim, dim, num_threads);
   parallel_parts(parts, [&](int p) {
     const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts;
     for (int64_t r = 0; r < num_src; ++r) std::memset(grad_src + r * dim + c0, 0, sizeof(float) * (c1 - c0));

@@ -1,31 +1,15 @@
 #include "hag.h"
 
+#include "parallel.h"
+
 #include <algorithm>
 #include <cstring>
 #include <queue>
 #include <stdexcept>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 
 namespace diskgnn {
-namespace {
-
-template <typename Fn>
-void parallel_parts(int parts, Fn fn) {
-  std::vector<std::thread> threads;
-  for (int p = 1; p < parts; ++p) threads.emplace_back(fn, p);
-  fn(0);
-  for (auto& t : threads) t.join();
-}
-
-// Column ranges of at least 16 floats, and no thread for a small block.
-int column_parts(int64_t work, int64_t dim, int num_threads) {
-  return static_cast<int>(std::max<int64_t>(
-      1, std::min<int64_t>({static_cast<int64_t>(num_threads), work / (1 << 16), std::max<int64_t>(1, dim / 16)})));
-}
-
-}  // namespace
 
 Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_src, int64_t capacity,
                int64_t min_shared, int max_depth, int64_t max_degree) {
@@ -157,7 +141,7 @@ void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src,
   // the destinations by edge-balanced row ranges.
   for (size_t l = 0; l + 1 < hag.level_bounds.size(); ++l) {
     const int64_t lo = hag.level_bounds[l], n = hag.level_bounds[l + 1] - lo;
-    const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, 2 * n * dim / (1 << 16))));
+    const int parts = parts_for(2 * n * dim, num_threads);
     parallel_parts(parts, [&](int p) {
       for (int64_t k = lo + n * p / parts; k < lo + n * (p + 1) / parts; ++k) {
         const float* a = row(in[2 * k]);
@@ -168,7 +152,7 @@ void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src,
     });
   }
   const int64_t edges = ptr[num_dst];
-  const int parts = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(num_threads, edges * dim / (1 << 16))));
+  const int parts = parts_for(edges * dim, num_threads);
   parallel_parts(parts, [&](int p) {
     const int64_t lo = std::lower_bound(ptr, ptr + num_dst, edges * p / parts) - ptr;
     const int64_t hi = p == parts - 1 ? num_dst : std::lower_bound(ptr, ptr + num_dst, edges * (p + 1) / parts) - ptr;

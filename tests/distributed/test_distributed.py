@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 import coop_cases
+from bench.distributed import free_port
 from conftest import REPO, run_module
 from diskgnn.data.format import open_dataset
 from diskgnn.distributed.cooperative import OwnedRows, exchange_plan, owners
@@ -163,17 +163,11 @@ def test_independent_training_runs_and_every_rank_trains_its_share(train_data, t
     assert "the epoch's last batches beyond a multiple of 2 are dropped" in proc.stdout
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_a_rank_that_dies_ends_the_group_with_one_line(train_data, tmp_path):
     """Two "machines" (two torchrun invocations, one process each, a localhost rendezvous): node 1's process is
     killed (SIGKILL) while the group trains; node 0's rank fails its next collective at once and ends with one
     line naming itself, well before --dist-timeout, and both launchers exit non-zero."""
-    port = _free_port()
+    port = free_port()
     nodes = []
     for node in (0, 1):
         args = [*TORCHRUN, "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=1", "--master-addr=127.0.0.1",
