@@ -6,7 +6,7 @@ extension are loaded only by the modules that need them.
 
 from .build import __version__, native_info
 
-__all__ = ["__version__", "native_info", "open_dataset", "open_features", "prepare", "verify"]
+__all__ = ["Loader", "__version__", "native_info", "open_dataset", "open_features", "prepare", "verify"]
 
 
 def __getattr__(name):
@@ -23,6 +23,10 @@ def __getattr__(name):
         from .data.verify import verify
 
         return verify
+    if name == "Loader":
+        from .train.loader import Loader
+
+        return Loader
     if name == "open_features":
         from .io.reader import open_features
 

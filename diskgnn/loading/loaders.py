@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from ..data.features import FeatureSource, feature_source
-from ..io.reader import FeatureReader
 from ..offline.sample import NEIGHBOR, Batch, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
 from ..store.store import FeatureStore
 from ..store.tiers import TierStats
@@ -32,8 +31,11 @@ from .blocks import sampled_blocks
 from .pipeline import Pipeline, Stage
 
 
-class Work:
-    """One batch on its way through the stages."""
+class MiniBatch:
+    """One batch on its way through the stages, and what a pass yields: `blocks` (TensorBlocks, input hop first),
+    `x` (the input rows' float32 features, row i for `input_nodes[i]`), `labels` (the seeds'), and `batch`
+    (the sampled batch: global ids). Under cooperative minibatching `share` is this rank's part of the
+    global batch, and `input_nodes` the rows it reads."""
 
     __slots__ = ("batch", "blocks", "labels", "pending", "x", "share")
 
@@ -42,8 +44,28 @@ class Work:
         self.pending = None
         self.x = None
 
+    @property
+    def y(self):
+        return self.labels
 
-def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) -> Work:
+    @property
+    def input_nodes(self) -> np.ndarray:
+        """Global ids of the rows of `x` (seeds first)."""
+        return self.batch.nodes
+
+    @property
+    def seeds(self) -> np.ndarray:
+        """Global ids of the nodes whose labels are `labels`."""
+        return self.batch.seeds if self.share is None else self.share.seed_ids
+
+    def to_pyg(self):
+        """This batch as a PyTorch Geometric `Data` (diskgnn/pyg/convert.py; needs torch_geometric)."""
+        from ..pyg.convert import to_pyg
+
+        return to_pyg(self)
+
+
+def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) -> MiniBatch:
     """The batch's blocks and labels; with `cooperative` (a global batch -> this rank's Share), this rank's share:
     its blocks, its seeds' labels, and as `batch` the input rows it reads. `hag` (a HagBuilder) gives the blocks
     their HAG where it pays."""
@@ -59,10 +81,10 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) ->
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]
         y = y.pin_memory()
-    return Work(batch, blocks, y, share)
+    return MiniBatch(batch, blocks, y, share)
 
 
-def _to_device(work: Work, device: str, x) -> Work:
+def _to_device(work: MiniBatch, device: str, x) -> MiniBatch:
     if device != "cpu":
         work.blocks = [b.to(device, non_blocking=True) for b in work.blocks]
         work.labels = work.labels.to(device, non_blocking=True)
@@ -117,7 +139,8 @@ class OfflineLoader:
 
 
 class OnlineLoader:
-    """Batches sampled during training; stored rows gathered from their file (O_DIRECT row reads)."""
+    """Batches sampled during training; stored rows gathered by id from their file (O_DIRECT row reads), through
+    a FeatureStore without packs or memory tiers."""
 
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
                  labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
@@ -126,9 +149,8 @@ class OnlineLoader:
         self.batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
         self.labels, self.device, self.read_depth = labels, device, read_depth
         self.graph = graph or open_graph(dataset)
-        self.source = features or feature_source(dataset)
-        self.features = FeatureReader(self.source, backend)
-        self.disk = TierStats("disk")
+        self.store = FeatureStore(dataset, None, None, device=device, backend=backend, tiers=[],
+                                  features=features or feature_source(dataset))
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -144,20 +166,18 @@ class OnlineLoader:
             return _work(self.sample(int(b)), self.labels, self.device, hag=self.hag)
 
         def read(work):
-            work.pending = self.features.gather_async(work.batch.nodes)
+            work.pending = self.store.start(work.batch)
             return work
 
         def assemble(work):
-            x = work.pending.wait()
-            self.disk.hits += x.shape[0]
-            self.disk.bytes += x.shape[0] * self.source.row_bytes
-            return _to_device(work, self.device, self.source.decode_torch(x.to(self.device)))
+            self.store.finish(work.pending)
+            return _to_device(work, self.device, self.store.to_device(work.pending))
 
         return _pipeline(order, sample, read, assemble, None, "cpu", self.read_depth)
 
     def stats(self) -> list[TierStats]:
-        return [self.disk]
+        return self.store.stats()
 
     def disk_bytes(self) -> int:
-        return self.features.file.stats().get("bytes", 0)
-
+        """What the reads moved, sector-aligned: an online run reads row by row."""
+        return self.store.chain[-1].reader.file.stats().get("bytes", 0)

@@ -23,7 +23,7 @@ from ..data.format import Dataset
 from ..errors import DiskgnnError
 from ..offline.pack import PackFile
 from ..offline.placement import Placement
-from .tiers import PackTier, PlacedTier, RecentTier, SegmentTier, TierStats, load_tiers
+from .tiers import FileTier, PackTier, PlacedTier, RecentTier, SegmentTier, TierStats, load_tiers
 
 
 @dataclass
@@ -36,30 +36,34 @@ class PendingBatch:
 
 
 class FeatureStore:
-    """Assembles each batch's input features from the memory tiers and its pack."""
+    """Assembles each batch's input features from the memory tiers and its pack (or, without packs, from the
+    feature file)."""
 
-    def __init__(self, dataset: Dataset, placement: Placement, packs: PackFile, *, device: str = "cpu",
+    def __init__(self, dataset: Dataset, placement: Placement, packs: PackFile | None, *, device: str = "cpu",
                  backend: str = "auto", tiers: list[PlacedTier] | None = None,
                  features: FeatureSource | None = None):
         """`features`: the rows the packs and tiers hold (default: features.bin); packs of other
         rows are refused. `tiers`: the placement's rows already loaded (load_tiers), shared by the
-        stores of several pack files (each epoch's, the eval sets'); loaded here when not given."""
+        stores of several pack files (each epoch's, the eval sets'); loaded here when not given.
+        `packs` None: any ids, the rows no tier holds gathered from the feature file."""
         import torch
 
         self.source = features or feature_source(dataset)
-        packs.check_features(self.source)
         self.packs, self.device = packs, device
         self.dtype = torch.from_numpy(np.empty(0, self.source.dtype)).dtype
         placed = tiers if tiers is not None else load_tiers(dataset, placement, device, backend, self.source)
-        self.pack_tier = PackTier(packs, self.source, backend)
-        recent = [RecentTier(packs, self.source, backend)] if packs.batch_rows.window else []
-        self.chain = [*placed, *recent, SegmentTier(packs, self.source), self.pack_tier]
+        if packs is None:
+            self.chain = [*placed, FileTier(self.source, backend)]
+        else:
+            packs.check_features(self.source)
+            recent = [RecentTier(packs, self.source, backend)] if packs.batch_rows.window else []
+            self.chain = [*placed, *recent, SegmentTier(packs, self.source), PackTier(packs, self.source, backend)]
         self.tier_stats = [TierStats(t.name) for t in self.chain]
         self._torch = torch
 
     @property
     def backend(self) -> str:
-        return self.pack_tier.reader.backend
+        return self.chain[-1].reader.backend
 
     @property
     def disk(self) -> TierStats:

@@ -5,7 +5,9 @@ tiers the placement filled (`PlacedTier`: the device cache with CUDA, the host
 cache), then the rows the last batches already brought into memory
 (`RecentTier`), then the rows its segment shares with neighbouring batches
 through the page cache (`SegmentTier`), then its own pack region on disk
-(`PackTier`), which must hold whatever is left. Every tier has one interface: `claim` (which
+(`PackTier`), which must hold whatever is left. Without packs (ids known only
+when asked for: the PyG feature store) the chain ends in `FileTier`, which
+gathers whatever is left from the feature file itself. Every tier has one interface: `claim` (which
 of the positions still unserved it holds, and the start of fetching them) and
 `fill` (write them into the batch's rows). A new kind of tier (the rows of the
 previous batches, another rank's rows) is one new class in the chain.
@@ -222,6 +224,27 @@ class PackTier(Tier):
         buf = read.wait()
         self.packs.check(batch.index, buf)
         out[self.packs.own_pos[batch.index]] = buf.view(self.source.dtype).reshape(-1, self.source.width)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+class FileTier(Tier):
+    """Rows no memory tier holds, gathered by id from the feature file (O_DIRECT row reads, started at claim):
+    the end of a chain without packs, for ids that were not known ahead (the PyG feature store)."""
+
+    name = "disk"
+
+    def __init__(self, source: FeatureSource, backend: str):
+        self.reader = FeatureReader(source, backend)
+
+    def claim(self, batch, todo):
+        nodes = batch.nodes if todo.size == batch.nodes.size else batch.nodes[todo]
+        return np.ones(todo.size, dtype=bool), self.reader.gather_async(nodes) if nodes.size else None
+
+    def fill(self, batch, positions, read, out):
+        if read is not None:
+            out[positions] = read.wait().numpy()
 
     def close(self) -> None:
         self.reader.close()

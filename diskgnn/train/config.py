@@ -317,6 +317,20 @@ def resolve(argv=None) -> TrainConfig:
     return config
 
 
+def from_options(**options) -> TrainConfig:
+    """Defaults, overridden by Python keyword options (the flags' names in snake case; fanouts also as a list),
+    validated as the flags are."""
+    values = {}
+    for key, value in options.items():
+        name = key.replace("-", "_")
+        if name not in _FIELDS:
+            raise UsageError(f"unknown option {key!r}" + closest(key, list(_FIELDS)))
+        values[name] = _convert(name, value, f"option {name}")
+    config = TrainConfig(**values)
+    config.validate()
+    return config
+
+
 def save(config: TrainConfig, path: Path) -> None:
     text = yaml.safe_dump({k.replace("_", "-"): v for k, v in config.to_dict().items()}, sort_keys=False)
     write_atomic(path, text.encode())

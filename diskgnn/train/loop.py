@@ -100,8 +100,8 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
 
 def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     run = Run(cfg, group)
-    plan = run.plan()
-    ds = run.ds
+    data = run.loader
+    ds = data.ds
     torch.manual_seed(cfg.seed)
     model = GNN(cfg.model, ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanout_list), cfg.dropout,
                 cfg.heads).to(run.device)
@@ -109,63 +109,51 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         run.ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[group.local_rank] if run.device == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    checkpoints = Checkpoints(run.workdir / "checkpoints")
+    checkpoints = Checkpoints(data.workdir / "checkpoints")
     history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": []}
     best = {"val_acc": -1.0, "epoch": -1}
-    # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not in them)
-    accounting = {"tiers": {}, "disk_bytes": 0}
     position = EpochState(0)
     resumed = _resume(cfg, checkpoints, model, optimizer, group) if cfg.resume else None
     if resumed is not None:
-        history, best, accounting, position = resumed
+        # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not
+        # in them)
+        history, best, data.accounting, position = resumed
 
     def save_last(state: EpochState) -> None:
         if group.leader:
             checkpoints.save("last", {**training_state(model, optimizer, state, history, best, cfg.to_dict(),
-                                                       accounting), "world": group.world})
+                                                       data.accounting), "world": group.world})
 
     try:
         for epoch in range(position.epoch, cfg.epochs):
             raise_if_interrupted()
-            loader = run.train_loader(epoch)
-            if run.epochs is not None and epoch + 1 < cfg.epochs:
-                run.epochs.prefetch(epoch + 1)
-            order = run.epochs.order(epoch, len(loader)) if run.epochs else np.arange(len(loader))
-            order = order[: cfg.max_batches] if cfg.max_batches is not None else order
             state = position if position.epoch == epoch else EpochState(epoch)
-            for s in run.train_epoch(model, optimizer, loader, order, state, save_last):
-                t = accounting["tiers"].setdefault(s.name, {"hits": 0, "bytes": 0})
-                t["hits"] += s.hits
-                t["bytes"] += s.bytes
-            accounting["disk_bytes"] += loader.disk_bytes()
+            run.train_epoch(model, optimizer, state, save_last)
             loss_sum, seen = group.sum([state.loss_sum, state.seen])
             loss = loss_sum / max(1, seen)
             val = run.evaluate(model, "val")
             history["epoch_times_s"].append(state.elapsed_s)
             history["train_loss"].append(loss)
             history["val_acc_per_epoch"].append(val)
-            run.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}")
+            data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}")
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
                 if group.leader:
                     checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
             save_last(EpochState(epoch + 1))
-            if run.epochs is not None and epoch + 1 < cfg.epochs:
-                run.epochs.release(epoch)
         if best["epoch"] >= 0:
             model.load_state_dict(group.broadcast(checkpoints.load("best")["model"] if group.leader else None))
         test = run.evaluate(model, "test")
     finally:
-        if run.epochs is not None:
-            run.epochs.close()
-    return _summary(cfg, run, plan, memory, history, best, accounting, test, resumed is not None)
+        data.close()
+    return _summary(cfg, run, memory, history, best, test, resumed is not None)
 
 
-def _ranks(run: Run, accounting: dict, memory: AnonPeak) -> dict:
+def _ranks(run: Run, memory: AnonPeak) -> dict:
     """The group's totals (summary.json's "distributed"): what every rank read, trained and sent."""
-    t, g = run.trained, run.group
-    disk, rows, seeds, sent, batches = g.sum([accounting["disk_bytes"], t["input_rows"], t["seeds"],
-                                              t["exchange_bytes"], t["batches"]])
+    t, g = run.loader.trained, run.group
+    disk, rows, seeds, sent, batches = g.sum([run.loader.accounting["disk_bytes"], t["input_rows"], t["seeds"],
+                                              run.exchange_bytes, t["batches"]])
     return {"mode": run.cfg.distributed, "world_size": g.world, "backend": g.backend,
             "disk_bytes_read": int(disk), "input_rows": int(rows), "seeds": int(seeds), "exchange_bytes": int(sent),
             "rank_batches": int(batches), "disk_bytes_per_seed": disk / max(1, seeds),
@@ -173,31 +161,14 @@ def _ranks(run: Run, accounting: dict, memory: AnonPeak) -> dict:
             "peak_anon_bytes_per_rank": g.gather(memory.peak_bytes)}
 
 
-def _summary(cfg: TrainConfig, run: Run, plan, memory: AnonPeak, history: dict, best: dict, accounting: dict,
-             test: float, resumed: bool) -> dict:
-    tiers = accounting["tiers"]
-    rows = sum(t["hits"] for t in tiers.values())
-    for t in tiers.values():
-        t["hit_rate"] = t["hits"] / rows if rows else 0.0
+def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: dict, test: float,
+             resumed: bool) -> dict:
+    data = run.loader
     summary = {
         "epoch_times_s": history["epoch_times_s"],
-        "sample_s": run.epochs.sample_s if run.epochs else 0.0,
-        "pack_s": run.epochs.pack_s if run.epochs else 0.0,
-        "offline": dict(run.epochs.phases) if run.epochs else {},
-        "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
-                          for name, t in run.stage_times.items()},
-        "bottleneck": max(run.stage_times, key=lambda n: run.stage_times[n].busy_s) if run.stage_times else None,
-        "tiers": tiers,
-        "rows_per_batch": run.rows_per_batch(),
-        "hag": run.hag.stats.to_dict(),
-        "disk_bytes_read": accounting["disk_bytes"],
-        "features": run.source.name,
-        "feature_row_bytes": run.source.row_bytes,
+        **data.summary(),
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_anon_bytes": memory.peak_bytes,
-        "memory_budget_bytes": plan.budget,
-        "backend": run.backend,
-        "device": run.device,
         "precision": run.precision,
         "resumed": resumed,
         "train_loss": history["train_loss"],
@@ -205,24 +176,22 @@ def _summary(cfg: TrainConfig, run: Run, plan, memory: AnonPeak, history: dict, 
         "val_acc": best["val_acc"],
         "best_epoch": best["epoch"],
         "test_acc": test,
-        "dataset": str(run.data),
-        "plan": plan.to_dict(),
         "versions": versions(),
         "config": cfg.to_dict(),
     }
     if run.group.active:
-        summary["distributed"] = _ranks(run, accounting, memory)
+        summary["distributed"] = _ranks(run, memory)
     if not run.group.leader:
         return summary
     text = (json.dumps(summary, indent=2, default=float) + "\n").encode()
-    write_atomic(run.workdir / "summary.json", text)
+    write_atomic(data.workdir / "summary.json", text)
     if cfg.summary_json:
         write_atomic(Path(cfg.summary_json), text)
-    chance = 1 / run.ds.num_classes
+    chance = 1 / data.ds.num_classes
     print(f"train: done: test acc {test:.4f} (chance {chance:.4f}), best val acc {best['val_acc']:.4f} "
           f"at epoch {best['epoch']}; epoch times " + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
           + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
           f"{summary['bottleneck']}; peak memory {format_size(summary['peak_anon_bytes'])} anonymous (budget "
           f"{cfg.memory_budget}), {format_size(summary['peak_rss_bytes'])} with mapped files; summary in "
-          f"{run.workdir / 'summary.json'}")
+          f"{data.workdir / 'summary.json'}")
     return summary

@@ -97,7 +97,7 @@ def test_online_loader_reads_code_rows(dataset):
     assert len(works) == len(loader) > 1
     for work in works:
         np.testing.assert_array_equal(work.x.numpy(), oracle(dataset, "sq1", work.batch.nodes))
-    assert loader.disk.bytes == loader.disk.hits * 5 == sum(w.batch.nodes.size for w in works) * 5
+    assert loader.store.disk.bytes == loader.store.disk.hits * 5 == sum(w.batch.nodes.size for w in works) * 5
 
 
 def test_full_neighbour_inference_decodes_the_codes(dataset, tmp_path):

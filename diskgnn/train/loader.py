@@ -1,0 +1,347 @@
+"""`diskgnn.Loader`: the data side of a run, for one's own training loop (and diskgnn.train's).
+
+    import diskgnn
+    loader = diskgnn.Loader("data/w1", fanouts=[10, 5], batch_size=1024, memory_budget="2GiB")
+    for epoch in range(3):
+        for mb in loader.epoch(epoch):      # MiniBatch: blocks, x, labels (or mb.to_pyg())
+            loss = F.cross_entropy(model(mb.blocks, mb.x), mb.labels)
+            ...
+    print(loader.stats(), loader.summary())
+
+Constructing it plans exactly as `python -m diskgnn.train` does with the same
+options (the flags' names in snake case; `train.config`): the budget is
+checked, epoch 0 is sampled, its hottest rows placed in the memory tiers and
+loaded, the eval sets sampled and packed. `epoch(e)` runs e's pipeline
+(sample -> read -> assemble -> copy) while the caller consumes its batches,
+and starts sampling and packing epoch e + 1 in the background; `evaluation(split)`
+runs the val or test batches. The model options (model, hidden, lr, ...)
+are the trainer's and are not used here, except that the plan sizes the
+working set from `hidden`. diskgnn.train is this object's first user: its
+Run adds the model, the step, evaluation and checkpoints.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import defaults
+from ..data.builtin import default_dataset
+from ..data.features import feature_source
+from ..data.files import guard_io, remove_stale_temps
+from ..data.format import open_dataset
+from ..distributed import cooperative
+from ..distributed.group import Group
+from ..errors import DiskgnnError, UsageError
+from ..loading.hag import HagBuilder
+from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
+from ..loading.pipeline import StageTime
+from ..offline.epochs import EpochFiles, OfflineEpochs
+from ..store.store import FeatureStore
+from ..store.tiers import load_tiers
+from .config import TrainConfig, from_options, save
+from .plan import Plan, disk_copies, make_plan, resolve_device
+
+EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
+
+
+class Loader:
+    """Plans, samples, packs and pipelines a dataset's batches; see the module's docstring."""
+
+    def __init__(self, data=None, *, config: TrainConfig | None = None, group: Group | None = None,
+                 log: Callable[[str], None] | None = print, **options):
+        """`data`: a dataset directory (None: the built-in synthetic dataset); `options`: diskgnn.train's
+        options (fanouts, batch_size, memory_budget, sampling, features, workdir, ...), or a whole `config`.
+        `log` receives the plan's lines (None: silent)."""
+        if config is None:
+            config = from_options(data=None if data is None else str(data), **options)
+        elif data is not None or options:
+            raise UsageError("Loader: pass either a config or data and options, not both")
+        self.cfg, self.group, self.log = config, group or Group(), log
+        cfg = config
+        self.device = resolve_device(cfg)
+        self.data = Path(cfg.data) if cfg.data else default_dataset(cfg.progress)
+        self.ds = open_dataset(self.data)
+        try:
+            self.source = feature_source(self.ds, cfg.features)
+        except DiskgnnError as e:
+            raise UsageError(f"--features {cfg.features}: {e}") from None
+        self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.data.name
+        if self.group.active:  # one machine's ranks must not share a workdir; nothing else assumes a shared one
+            self.workdir = self.workdir / f"rank-{self.group.rank}"
+        self._lock = _hold_workdir(self.workdir)
+        save(cfg, self.workdir / "config.yaml")
+        self.labels = np.asarray(self.ds.labels)
+        self.train_ids = self.ds.split("train")
+        if self.train_ids.size == 0:
+            raise DiskgnnError(f"{self.data}: the train split is empty")
+        if self.ds.num_classes < 2:
+            raise DiskgnnError(f"{self.data}: needs at least 2 classes to train a classifier")
+        self.stage_times: dict[str, StageTime] = {}
+        # Summed over the trained batches: input rows, each layer's destinations (input layer first), seeds.
+        self.trained = {"batches": 0, "input_rows": 0, "destinations": [], "seeds": 0}
+        # Tier hits and bytes and disk bytes, summed over finished train passes.
+        self.accounting = {"tiers": {}, "disk_bytes": 0}
+        # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
+        self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
+        self.epochs: OfflineEpochs | None = None
+        self.tiers = None
+        self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
+        self.backend = cfg.backend
+        self.plan = self._plan()
+        self.read_depth = self.plan.read_depth
+
+    # -- planning -----------------------------------------------------------------------------
+    def _plan(self) -> Plan:
+        """Plans the run (logging the plan), then for offline sampling samples epoch 0, places its hottest
+        rows, checks the disk, samples and packs the eval sets and loads the memory tiers."""
+        cfg, ds, group = self.cfg, self.ds, self.group
+        plan = make_plan(ds, self.source, cfg, self.device)
+        for line in plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines():
+            self.say(line)
+        if cfg.sampling == "online":
+            return plan
+        coop = cfg.distributed == "cooperative"
+        self.epochs = OfflineEpochs(ds, self.workdir / "epochs", fanouts=cfg.fanout_list,
+                                    batch_size=cfg.batch_size * (group.world if coop else 1),
+                                    eval_batch_size=cfg.batch_size,
+                                    shard=(0, 1) if coop else (group.rank, group.world),
+                                    rows=(lambda samples: cooperative.OwnedRows(samples, group.rank, group.world,
+                                                                                cfg.owner, ds.num_nodes))
+                                    if coop else None,
+                                    seed=cfg.seed, replay=cfg.sampling == "replay",
+                                    max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=plan.pack_memory,
+                                    max_batches=cfg.max_batches, features=self.source,
+                                    read_ahead=plan.topology_read_ahead, sampler=cfg.sampler_spec,
+                                    recent=plan.recent_batches)
+        placement = self.epochs.plan_placement(list(plan.tiers.items()))
+        if len(self.epochs.files(0).samples) == 0:
+            raise DiskgnnError(f"{self.data}: {self.train_ids.size:,} train seeds make fewer than {group.world} "
+                               f"batches of {cfg.batch_size}: every rank needs one (lower --batch-size)")
+        copies = disk_copies(cfg, *(int(ds.split(s).size) for s in ("train", "val", "test")))
+        plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.epoch0_rows(), copies, self.workdir,
+                           shutil.disk_usage(self.workdir).free)
+        self.say(plan.placed_line(self.workdir))
+        if cfg.eval == "sampled":
+            # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
+            for split in ("val", "test"):
+                if self.eval_seeds(split).size:
+                    self.eval_files[split] = self.epochs.eval_files(
+                        split, self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
+        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source)
+        return plan
+
+    def say(self, line: str) -> None:
+        """Logs on rank 0 only (every rank plans and trains alike)."""
+        if self.group.leader and self.log is not None:
+            self.log(line)
+
+    def distributed_line(self) -> str:
+        cfg, g = self.cfg, self.group
+        if cfg.distributed == "cooperative":
+            step = (f"each step trains one global batch of {g.world} x {cfg.batch_size} seeds, every vertex read and "
+                    f"computed by its owner ({cfg.owner} of its id) and exchanged all-to-all")
+        else:
+            step = (f"each step trains {g.world} batches of {cfg.batch_size} seeds, one per rank (the epoch's last "
+                    f"batches beyond a multiple of {g.world} are dropped)")
+        return (f"plan: {g.describe()}: --memory-budget {cfg.memory_budget} is this process's (every rank "
+                f"plans its own); {step}; evaluation sharded over the ranks; workdir {self.workdir}")
+
+    def hag_lines(self) -> list[str]:
+        cfg = self.cfg
+        if cfg.hag == "off":
+            return []
+        if self.hag.mode == "off":
+            why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
+            return [f"plan: --hag {cfg.hag}: not used ({why})"]
+        return [f"plan: --hag {cfg.hag}: each block's HAG searched as its batch is decoded, run where it sums "
+                + ("any fewer rows" if cfg.hag == "on" else f"at least {defaults.HAG_MIN_SAVING:.0%} fewer rows; "
+                   f"no more searching where the first {defaults.HAG_PROBE_BATCHES} batches had none")]
+
+    def eval_seeds(self, split: str) -> np.ndarray:
+        """The split's seeds this rank evaluates (every world-th)."""
+        return self.ds.split(split)[self.group.rank::self.group.world]
+
+    # -- passes ---------------------------------------------------------------------------------
+    def epoch(self, epoch: int, start: int = 0) -> "Pass":
+        """Epoch `epoch`'s train batches from position `start` on (a resumed epoch's next batch), in training order.
+        Epoch e + 1 (up to the `epochs` option) is sampled and packed in the background meanwhile, and the files
+        of the epochs before e are deleted."""
+        cfg = self.cfg
+        if self.epochs is not None:
+            for done in range(epoch):
+                self.epochs.release(done)
+        source = self._train_source(epoch)
+        if self.epochs is not None and epoch + 1 < cfg.epochs:
+            self.epochs.prefetch(epoch + 1)
+        order = self.epochs.order(epoch, len(source)) if self.epochs else np.arange(len(source))
+        order = order[: cfg.max_batches] if cfg.max_batches is not None else order
+        return Pass(self, source, order, start, train=True)
+
+    def evaluation(self, split: str) -> "Pass":
+        """The batches of this rank's share of `split` ("val" or "test"), at most `eval_max_batches`; under
+        --eval full, full-neighbour inference runs instead (diskgnn/nn/inference.py), not a pass."""
+        cfg = self.cfg
+        if cfg.sampling == "online":
+            source = OnlineLoader(self.ds, self.eval_seeds(split), fanouts=cfg.eval_fanout_list,
+                                  batch_size=cfg.batch_size, seed=cfg.seed, epoch=EVAL_EPOCH[split],
+                                  labels=self.labels, device=self.device, read_depth=self.read_depth,
+                                  backend=cfg.backend, features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
+        elif split in self.eval_files:
+            source = self._offline_source(self.eval_files[split])
+        else:
+            return Pass(self, None, np.arange(0), 0, train=False)  # this rank's share of the split is empty
+        order = np.arange(len(source))
+        order = order[: cfg.eval_max_batches] if cfg.eval_max_batches is not None else order
+        return Pass(self, source, order, 0, train=False)
+
+    def _train_source(self, epoch: int):
+        cfg = self.cfg
+        if cfg.sampling == "online":
+            return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
+                                seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
+                                read_depth=self.read_depth, backend=cfg.backend, features=self.source,
+                                sampler=cfg.sampler_spec, hag=self.hag)
+        files = self.epochs.files(epoch)
+        source = self._offline_source(files)
+        if cfg.distributed == "cooperative":
+            g, owner, n = self.group, cfg.owner, self.ds.num_nodes
+            source.cooperative = lambda batch: cooperative.exchange_plan(
+                batch, cooperative.owners(batch.nodes, g.world, owner, n), g.rank, g.world)
+        return source
+
+    def _offline_source(self, files) -> OfflineLoader:
+        store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
+                             backend=self.cfg.backend, tiers=self.tiers, features=self.source)
+        self.backend = store.backend
+        return OfflineLoader(files.samples, store, self.labels, self.device, self.read_depth, hag=self.hag)
+
+    def _finished(self, p: "Pass", pipeline) -> None:
+        """Adds a train pass's stage times, tier rows and disk bytes to the run's."""
+        if not p.train:
+            return
+        for name, t in pipeline.times.items():
+            acc = self.stage_times.setdefault(name, StageTime())
+            acc.busy_s += t.busy_s
+            acc.wait_s += t.wait_s
+            acc.items += t.items
+        for s in p.stats():
+            t = self.accounting["tiers"].setdefault(s.name, {"hits": 0, "bytes": 0})
+            t["hits"] += s.hits
+            t["bytes"] += s.bytes
+        self.accounting["disk_bytes"] += p.disk_bytes()
+
+    def _count(self, mb: MiniBatch) -> None:
+        t = self.trained
+        t["batches"] += 1
+        t["input_rows"] += int(mb.x.shape[0])
+        t["seeds"] += int(mb.labels.numel())
+        dst = [b.num_dst for b in mb.blocks]
+        t["destinations"] = [a + b for a, b in zip(t["destinations"], dst)] if t["destinations"] else dst
+
+    # -- what it did ----------------------------------------------------------------------------
+    def rows_per_batch(self) -> dict:
+        """Mean input rows and destinations per layer (input layer first) of the batches trained so far."""
+        n = max(1, self.trained["batches"])
+        return {"input": self.trained["input_rows"] / n, "destinations": [d / n for d in self.trained["destinations"]]}
+
+    def stats(self) -> dict:
+        """Rows and bytes served by each tier (memory tiers, page cache, disk) over the finished train passes,
+        with each tier's share of the rows."""
+        tiers = {name: dict(t) for name, t in self.accounting["tiers"].items()}
+        rows = sum(t["hits"] for t in tiers.values())
+        for t in tiers.values():
+            t["hit_rate"] = t["hits"] / rows if rows else 0.0
+        return tiers
+
+    def summary(self) -> dict:
+        """The data side of summary.json: offline work, pipeline stages, tiers, rows, the plan."""
+        times = self.stage_times
+        return {
+            "sample_s": self.epochs.sample_s if self.epochs else 0.0,
+            "pack_s": self.epochs.pack_s if self.epochs else 0.0,
+            "offline": dict(self.epochs.phases) if self.epochs else {},
+            "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
+                              for name, t in times.items()},
+            "bottleneck": max(times, key=lambda n: times[n].busy_s) if times else None,
+            "tiers": self.stats(),
+            "rows_per_batch": self.rows_per_batch(),
+            "hag": self.hag.stats.to_dict(),
+            "disk_bytes_read": self.accounting["disk_bytes"],
+            "features": self.source.name,
+            "feature_row_bytes": self.source.row_bytes,
+            "memory_budget_bytes": self.plan.budget,
+            "backend": self.backend,
+            "device": self.device,
+            "dataset": str(self.data),
+            "plan": self.plan.to_dict(),
+        }
+
+    def close(self) -> None:
+        """Waits for the background epoch and releases the workdir."""
+        if self.epochs is not None:
+            self.epochs.close()
+        self._lock.close()
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Pass:
+    """One pass over batches in order: iterating runs the pipeline and yields MiniBatches as they are ready
+    (once; stopping early closes the pipeline). `stats()` and `disk_bytes()` count this pass's rows."""
+
+    def __init__(self, loader: Loader, source, order: np.ndarray, start: int, train: bool):
+        self.loader, self.source, self.order, self.start, self.train = loader, source, order, start, train
+
+    def __len__(self) -> int:
+        """Batches in the whole pass (those before `start` included)."""
+        return len(self.order)
+
+    def __iter__(self):
+        if self.source is None or self.start >= len(self.order):
+            return
+        pipeline = self.source.pipeline(self.order[self.start:])
+        try:
+            with pipeline:
+                for mb in pipeline:
+                    if self.train:
+                        self.loader._count(mb)
+                    yield mb
+        finally:
+            self.loader._finished(self, pipeline)
+
+    def stats(self) -> list:
+        return self.source.stats() if self.source is not None else []
+
+    def disk_bytes(self) -> int:
+        return self.source.disk_bytes() if self.source is not None else 0
+
+
+def _hold_workdir(workdir: Path):
+    """Creates and locks the workdir for this process (two runs in one workdir would overwrite each other's
+    files), then removes the temporary files a killed run left there. Returns the lock's file."""
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        lock = open(workdir / ".lock", "a+")
+    except OSError as e:
+        raise DiskgnnError(f"--workdir {workdir}: cannot create or write it ({e.strerror})") from None
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        raise DiskgnnError(f"--workdir {workdir}: in use by another run (pid {lock.read().strip() or '?'}); wait "
+                           "for it or use another --workdir") from None
+    lock.seek(0)
+    lock.truncate()
+    guard_io(workdir / ".lock", lambda: (lock.write(f"{os.getpid()}\n"), lock.flush()))
+    remove_stale_temps(workdir, recursive=True, any_pid=True)
+    return lock
