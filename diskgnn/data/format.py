@@ -153,14 +153,15 @@ class Dataset:
     def file_path(self, kind: str) -> Path:
         return self.path / self.manifest["files"][kind]["name"]
 
-    def array(self, kind: str) -> np.ndarray:
-        """Read-only memory map of one file's data (without its padding)."""
+    def array(self, kind: str, mode: str = "r") -> np.ndarray:
+        """Memory map of one file's data (without its padding): read-only, or with mode "c" copy-on-write
+        (writable in memory, for consumers such as torch that want writable arrays; the file never changes)."""
         entry = self.manifest["files"][kind]
         shape = tuple(entry["shape"])
         if entry["bytes"] == 0:
             return np.zeros(shape, dtype=entry["dtype"])
         return np.memmap(self.file_path(kind), dtype=np.dtype(entry["dtype"]).newbyteorder("<"),
-                         mode="r", shape=shape)
+                         mode=mode, shape=shape)
 
     @property
     def indptr(self) -> np.ndarray:

@@ -60,7 +60,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False, allow_nonfinite: bool = False,
             ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None,
             report: bool = False, quantize=(), normalize_features: bool = False) -> Path:
-    """Converts SOURCE into a dataset directory OUT and returns its path.
+    """Converts SOURCE (a path, "synthetic", or a PyTorch Geometric Data object) into a dataset directory OUT
+    and returns its path.
 
     Parameters mirror the command-line flags (see ``python -m diskgnn.prepare -h``).
     `memory_budget` bounds the whole process's memory; sizes accept suffixes.
@@ -74,7 +75,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
         raise UsageError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
     specs = list(dict.fromkeys(canonical_spec(s, "--quantize") for s in quantize))  # bad specs fail before any work
-    src = open_source(str(source), format, ogb_split=ogb_split, synthetic=synthetic)
+    src = open_source(source if not isinstance(source, Path) else str(source), format, ogb_split=ogb_split,
+                      synthetic=synthetic)
     out_dtype = np.dtype(feature_dtype) if feature_dtype else (
         src.feature_dtype if src.feature_dtype.name in FEATURE_DTYPES else np.dtype(np.float32))
     if out_dtype.name not in FEATURE_DTYPES:

@@ -5,5 +5,6 @@
 defines the stages of one pass (sample -> read -> assemble -> copy) for
 offline-sampled batches served by the feature store, and for batches sampled
 online; `pipeline` runs stages in threads joined by bounded queues and times
-each. This side never imports the models: they only consume what it yields.
+each; `subgraph` lays a batch out as one PyG subgraph (for diskgnn/pyg/).
+This side never imports the models: they only consume what it yields.
 """

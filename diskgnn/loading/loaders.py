@@ -37,10 +37,11 @@ class MiniBatch:
     (the sampled batch: global ids). Under cooperative minibatching `share` is this rank's part of the
     global batch, and `input_nodes` the rows it reads."""
 
-    __slots__ = ("batch", "blocks", "labels", "pending", "x", "share")
+    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share")
 
-    def __init__(self, batch, blocks, labels, share=None):
+    def __init__(self, batch, blocks, labels, share=None, label_source=None):
         self.batch, self.blocks, self.labels, self.share = batch, blocks, labels, share
+        self.label_source = label_source  # every node's labels (to_pyg's y)
         self.pending = None
         self.x = None
 
@@ -59,8 +60,8 @@ class MiniBatch:
         return self.batch.seeds if self.share is None else self.share.seed_ids
 
     def to_pyg(self):
-        """This batch as a PyTorch Geometric `Data` (diskgnn/pyg/convert.py; needs torch_geometric)."""
-        from ..pyg.convert import to_pyg
+        """This batch as a PyTorch Geometric `Data` (loading/subgraph.py; needs torch_geometric)."""
+        from .subgraph import to_pyg
 
         return to_pyg(self)
 
@@ -81,7 +82,7 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) ->
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]
         y = y.pin_memory()
-    return MiniBatch(batch, blocks, y, share)
+    return MiniBatch(batch, blocks, y, share, labels)
 
 
 def _to_device(work: MiniBatch, device: str, x) -> MiniBatch:

@@ -183,6 +183,13 @@ class Loader:
         order = order[: cfg.max_batches] if cfg.max_batches is not None else order
         return Pass(self, source, order, start, train=True)
 
+    @property
+    def num_batches(self) -> int:
+        """Train batches per epoch (this rank's)."""
+        cfg = self.cfg
+        n = len(self.epochs.files(0).samples) if self.epochs else -(-self.train_ids.size // cfg.batch_size)
+        return min(n, cfg.max_batches) if cfg.max_batches is not None else n
+
     def evaluation(self, split: str) -> "Pass":
         """The batches of this rank's share of `split` ("val" or "test"), at most `eval_max_batches`; under
         --eval full, full-neighbour inference runs instead (diskgnn/nn/inference.py), not a pass."""

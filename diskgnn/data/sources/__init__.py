@@ -1,6 +1,7 @@
 """Input sources for `diskgnn.prepare`, one module per kind, and format detection.
 
-Each source (`npy`, `ogb`, `csv`, `gnnbench`, `planetoid`, `synthetic`) yields
+Each source (`npy`, `ogb`, `csv`, `gnnbench`, `planetoid`, `synthetic`, and `pyg`: a
+PyG Data passed to prepare() from Python) yields
 labels, splits, feature rows and edges in chunks through the `Source`
 interface of `base`, so prepare streams any of them with bounded memory.
 """
@@ -36,8 +37,12 @@ def detect_format(path: Path) -> str:
                        f"or Planetoid ind.* files (see docs/format.md, or pass --format)")
 
 
-def open_source(source: str, fmt: str = "auto", *, ogb_split: str | None = None, synthetic: dict | None = None):
-    """Opens SOURCE as the given format (or the detected one)."""
+def open_source(source, fmt: str = "auto", *, ogb_split: str | None = None, synthetic: dict | None = None):
+    """Opens SOURCE as the given format (or the detected one); a PyG Data object is a source too."""
+    from .pyg import PygSource, is_pyg_data
+
+    if is_pyg_data(source):
+        return PygSource(source)
     if source == "synthetic" or fmt == "synthetic":
         from .synthetic import SyntheticSource
 

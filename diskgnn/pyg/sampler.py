@@ -1,0 +1,99 @@
+"""`DiskgnnSampler`: diskgnn's native neighbour sampler (uniform or LABOR, κ) as a PyG BaseSampler.
+
+PyG's NodeLoader picks each mini-batch's seeds (input_nodes, batch_size,
+shuffle) and asks its sampler for the subgraph; this one samples it from the
+dataset's memory-mapped CSC with the same native sampler `diskgnn.train`
+uses offline (no pyg-lib, torch-sparse or torch-scatter; the topology is
+never loaded whole), and lays it out as NeighborLoader does (diskgnn/loading/subgraph.py).
+Each call has its own random stream: the sampler's seed, the process's
+DataLoader worker and the call's number, so a run repeats.
+
+NodeLoader chooses the seeds while it iterates, so these batches cannot be
+sampled or packed ahead: their features come from the feature store's memory
+tier and by-id reads. The faster path, with offline samples, packs and the
+pipeline, is `DiskgnnLoader` (loader.py).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+
+from ..data.format import open_dataset
+from ..errors import DiskgnnError
+from ..offline.sample import Sampler, open_graph, sample_batch
+from ..loading.subgraph import hop_edges
+
+
+class DiskgnnSampler(BaseSampler):
+    """Samples `fanouts` neighbours per hop (seeds' hop first; -1: all) around each batch of seeds."""
+
+    def __init__(self, dataset_dir, fanouts=(10, 5), seed: int = 0, *, sampler: str = "neighbor",
+                 layer_dependency: bool = False, batch_dependency: int = 1, threads: int | None = None):
+        self.path = Path(dataset_dir)
+        self.fanouts = [int(f) for f in fanouts]
+        if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
+            raise DiskgnnError(f"DiskgnnSampler: fanouts {list(fanouts)}: each must be positive or -1 (all)")
+        self.seed, self.threads = int(seed), threads or max(1, os.cpu_count() or 1)
+        self.spec = Sampler(sampler, layer_dependency, batch_dependency)
+        self.ds = open_dataset(self.path)
+        self.graph = open_graph(self.ds)
+        self.calls = 0
+
+    def _key(self) -> int:
+        worker = torch.utils.data.get_worker_info()
+        key = ((worker.id + 1 if worker is not None else 0) << 40) + self.calls
+        self.calls += 1
+        return key
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
+        given = np.asarray(inputs.node.cpu(), dtype=np.int64).reshape(-1)
+        n = self.ds.num_nodes
+        if given.size and (given.min() < 0 or given.max() >= n):
+            raise DiskgnnError(f"{self.path}: seed {int(given[(given < 0) | (given >= n)][0])} out of range [0, {n})")
+        unique, first, inverse = np.unique(given, return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")  # the unique seeds in the order they were given
+        seeds = unique[order]
+        batch = sample_batch(self.graph, seeds, key=self._key(), fanouts=self.fanouts, seed=self.seed,
+                             threads=self.threads, sampler=self.spec)
+        row, col, num_nodes, num_edges = hop_edges(batch)
+        node = batch.nodes
+        if seeds.size != given.size:
+            node, row, col, num_nodes, num_edges = _repeat_seeds(batch, row, col, num_nodes, num_edges,
+                                                                 np.argsort(order)[inverse])
+        return SamplerOutput(node=torch.from_numpy(np.array(node, dtype=np.int64)), row=torch.from_numpy(row),
+                             col=torch.from_numpy(col), edge=None, num_sampled_nodes=num_nodes,
+                             num_sampled_edges=num_edges, metadata=(inputs.input_id, inputs.time))
+
+    def sample_from_edges(self, index, neg_sampling=None):
+        raise DiskgnnError("DiskgnnSampler samples around nodes (NodeLoader); link prediction is not supported")
+
+    @property
+    def edge_permutation(self):
+        return None
+
+
+def _repeat_seeds(batch, row, col, num_nodes, num_edges, where):
+    """The subgraph with a seed given k times present k times, each copy with the seed's hop-0 edges, as
+    NeighborLoader's rows for its input nodes: `where[j]` is the sampled position of given seed j."""
+    s, given = batch.num_seeds, where.size
+    # Position of each sampled node in the new node list: seeds at their first copy, the rest after the copies.
+    first_copy = np.full(s, -1, dtype=np.int64)
+    for j in range(given - 1, -1, -1):
+        first_copy[where[j]] = j
+    remap = np.concatenate([first_copy, given + np.arange(batch.nodes.size - s, dtype=np.int64)])
+    seed_edges = col < s
+    hop0 = np.flatnonzero(seed_edges)
+    by_seed = hop0[np.argsort(col[hop0], kind="stable")]
+    starts = np.searchsorted(col[by_seed], np.arange(s + 1))
+    counts = starts[where + 1] - starts[where]
+    take = by_seed[np.repeat(starts[where] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+                   + np.arange(counts.sum())]
+    new_row = np.concatenate([remap[row[take]], remap[row[~seed_edges]]])
+    new_col = np.concatenate([np.repeat(np.arange(given, dtype=np.int64), counts), remap[col[~seed_edges]]])
+    node = np.concatenate([batch.nodes[where], batch.nodes[s:]])
+    return node, new_row, new_col, [given, *num_nodes[1:]], [int(counts.sum()), *num_edges[1:]]
