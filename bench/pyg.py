@@ -1,0 +1,310 @@
+"""The PyG seam measured: accuracy through the adapters against plain PyG in memory, and speed out of core.
+
+    python -m bench.pyg venv                  # a venv holding torch + torch_geometric only; prints its python
+    PY=$(python -m bench.pyg venv) && $PY -m bench.pyg accuracy [--datasets cora,...] [--seeds 0,1,2]
+    python -m bench.pyg speed [--data W1] [--cap 2GiB] [--batches 100]
+
+accuracy: PyG's GraphSAGE (torch_geometric.nn.models) trained by examples/pyg_graphsage.py through
+NodeLoader + DiskgnnFeatureStore/GraphStore/Sampler (sampled training and evaluation, fanouts 25,10),
+against the same model trained full-batch on the whole graph in RAM by plain PyG; bench.accuracy's
+datasets, splits, epochs and hyper-parameters; selection by validation accuracy either way. It refuses
+to run where pyg-lib, torch-sparse or torch-scatter can be imported (--allow-extras to override,
+recorded): the point is that torch_geometric alone suffices.
+
+speed: the example on W1 under a cgroup memory cap (bench.memcap; page cache dropped before each run),
+with NodeLoader and with DiskgnnLoader, beside PyG's own NeighborLoader over memory maps
+(bench.peers.pyg, memmap + MADV_RANDOM, where PyG's sampler is installed), the same fanouts, batch size
+and model; time per batch over the first --batches of an epoch, data loading included.
+
+Both write JSON under bench/results/ and their section of docs/accuracy.md or docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from bench.accuracy import BATCH_SIZE, DATASETS, FANOUTS, HPARAMS, REPO, SHARED, dataset_spec, prepared
+from bench.common import drop_caches, machine_info, write_json, write_section
+from diskgnn import defaults
+from diskgnn.data.format import open_dataset
+from diskgnn.errors import DiskgnnError
+
+RESULTS = REPO / "bench" / "results"
+EXTRAS = ("pyg_lib", "torch_sparse", "torch_scatter")
+BOUND = 1.0  # points of test accuracy: |adapters - in memory|, mean over seeds
+ACC_MARKERS = ("<!-- bench.pyg accuracy: begin -->", "<!-- bench.pyg accuracy: end -->")
+SPEED_MARKERS = ("<!-- bench.pyg speed: begin -->", "<!-- bench.pyg speed: end -->")
+W1 = RESULTS / "workloads" / "synthetic-8000000"
+EXAMPLE = REPO / "examples" / "pyg_graphsage.py"
+
+
+def example():
+    """examples/pyg_graphsage.py as a module: the accuracy study trains through the example itself."""
+    spec = importlib.util.spec_from_file_location("pyg_graphsage", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def extras_present() -> list[str]:
+    return [m for m in EXTRAS if importlib.util.find_spec(m) is not None]
+
+
+# -- the venv ---------------------------------------------------------------------------------------
+def make_venv() -> Path:
+    """$DISKGNN_HOME/peers/pyg-only: this torch, torch_geometric and diskgnn's own dependencies (pinned by
+    constraints.txt), diskgnn itself from this tree (a .pth: its native extension is already built here)."""
+    venv = defaults.home() / "peers" / "pyg-only"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pins = [line for line in (REPO / "constraints.txt").read_text().splitlines()
+            if line.split("==")[0] in ("numpy", "tqdm", "PyYAML", "xxhash", "torch_geometric")]
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    f"torch=={torch.__version__.split('+')[0]}", *pins], check=True, stdout=sys.stderr)
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    (Path(site) / "diskgnn-tree.pth").write_text(f"{REPO}\n")
+    found = subprocess.run([str(python), "-c", f"import importlib.util as u; print([m for m in {EXTRAS!r} "
+                            "if u.find_spec(m)])"], check=True, capture_output=True, text=True).stdout.strip()
+    if found != "[]":
+        raise DiskgnnError(f"{venv}: holds {found}; remove them or the venv")
+    return python
+
+
+# -- accuracy ---------------------------------------------------------------------------------------
+def full_batch(data_dir: Path, *, epochs: int, seed: int, hidden: int, lr: float, weight_decay: float,
+               dropout: float) -> dict:
+    """Plain PyG: the whole graph in RAM, one full-batch step per epoch, the best validation epoch's test."""
+    from torch_geometric.nn.models import GraphSAGE
+
+    ds = open_dataset(data_dir)
+    ip = np.asarray(ds.indptr)
+    edge_index = torch.from_numpy(np.stack([np.asarray(ds.indices, dtype=np.int64),
+                                            np.repeat(np.arange(ds.num_nodes), np.diff(ip))]))
+    x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
+    y = torch.from_numpy(np.asarray(ds.labels, dtype=np.int64))
+    split = {s: torch.from_numpy(np.array(ds.split(s), dtype=np.int64)) for s in ("train", "val", "test")}
+    torch.manual_seed(seed)
+    model = GraphSAGE(ds.feature_dim, hidden, num_layers=2, out_channels=ds.num_classes, dropout=dropout)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    def acc(s: str) -> float:
+        model.eval()
+        with torch.no_grad():
+            return float((model(x, edge_index)[split[s]].argmax(1) == y[split[s]]).float().mean())
+
+    best, state = -1.0, None
+    for _ in range(epochs):
+        model.train()
+        optimizer.zero_grad()
+        F.cross_entropy(model(x, edge_index)[split["train"]], y[split["train"]]).backward()
+        optimizer.step()
+        val = acc("val")
+        if val > best:
+            best, state = val, copy.deepcopy(model.state_dict())
+    model.load_state_dict(state)
+    return {"val_acc": best, "test_acc": acc("test")}
+
+
+def accuracy(args) -> dict:
+    extras = extras_present()
+    if extras and not args.allow_extras:
+        raise DiskgnnError(f"{', '.join(extras)} importable here: run in the venv of `python -m bench.pyg venv` "
+                           "(torch + torch_geometric only), or pass --allow-extras")
+    import torch_geometric
+
+    ex = example()
+    hp = dict(hidden=HPARAMS["hidden"], lr=HPARAMS["lr"], weight_decay=HPARAMS["weight_decay"],
+              dropout=HPARAMS["dropout"])
+    names = args.datasets.split(",") if not args.data else [Path(args.data).name]
+    runs = []
+    for name in names:
+        data = Path(args.data) if args.data else prepared(name, SHARED, RESULTS / "accuracy-work" / "data")
+        epochs = args.epochs or dataset_spec(name).epochs
+        for seed in args.seeds:
+            t0 = time.perf_counter()
+            adapters = ex.main([str(data), "--epochs", str(epochs), "--fanouts", FANOUTS, "--batch-size",
+                                str(BATCH_SIZE), "--hidden", str(hp["hidden"]), "--lr", str(hp["lr"]),
+                                "--weight-decay", str(hp["weight_decay"]), "--dropout", str(hp["dropout"]),
+                                "--seed", str(seed)])
+            t1 = time.perf_counter()
+            memory = full_batch(data, epochs=epochs, seed=seed, **hp)
+            runs.append({"dataset": name, "seed": seed, "epochs": epochs,
+                         "adapters": {"val_acc": adapters["val_acc"], "test_acc": adapters["test_acc"],
+                                      "seconds": t1 - t0},
+                         "in_memory": {**memory, "seconds": time.perf_counter() - t1}})
+            print(json.dumps(runs[-1]), flush=True)
+    rows = []
+    for name in names:
+        mine = [r for r in runs if r["dataset"] == name]
+        a = np.array([r["adapters"]["test_acc"] for r in mine]) * 100
+        m = np.array([r["in_memory"]["test_acc"] for r in mine]) * 100
+        rows.append({"dataset": name, "adapters_mean": a.mean(), "adapters_std": a.std(), "memory_mean": m.mean(),
+                     "memory_std": m.std(), "delta": a.mean() - m.mean(), "within": bool(abs(a.mean() - m.mean())
+                                                                                      <= BOUND)})
+    result = {"machine": machine_info(REPO), "extras_present": extras, "python": sys.executable,
+              "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
+              "fanouts": FANOUTS, "batch_size": BATCH_SIZE, "hparams": hp, "bound_points": BOUND, "runs": runs,
+              "rows": rows, "command": " ".join(["python -m bench.pyg accuracy", *sys.argv[2:]])}
+    write_json(Path(args.out), result)
+    if args.doc:
+        write_section(Path(args.doc), accuracy_markdown(result), ACC_MARKERS)
+    return result
+
+
+def accuracy_markdown(r: dict) -> str:
+    lines = [f"Measured with `{r['command']}` ({r['python']}: torch {r['versions']['torch']}, torch_geometric "
+             f"{r['versions']['torch_geometric']}; " + ("none of pyg-lib, torch-sparse, torch-scatter installed"
+                                                        if not r["extras_present"] else
+                                                        f"{', '.join(r['extras_present'])} present") + f"), on "
+             f"{r['machine']['summary']}. Seeds {sorted({x['seed'] for x in r['runs']})}; test accuracy in %, "
+             "mean ± std; the bound is 1 point.", "",
+             "| dataset | epochs | PyG GraphSAGE through diskgnn.pyg (NodeLoader) | the same, full batch in RAM | "
+             "difference | within 1 point |", "|---|---|---|---|---|---|"]
+    for row in r["rows"]:
+        epochs = next(x["epochs"] for x in r["runs"] if x["dataset"] == row["dataset"])
+        lines.append(f"| {row['dataset']} | {epochs} | {row['adapters_mean']:.2f} ± {row['adapters_std']:.2f} | "
+                     f"{row['memory_mean']:.2f} ± {row['memory_std']:.2f} | {row['delta']:+.2f} | "
+                     f"{'yes' if row['within'] else '**no**'} |")
+    return "\n".join(lines) + "\n"
+
+
+# -- speed ------------------------------------------------------------------------------------------
+def _capped(argv: list[str], cap: str | None, json_out: Path, timeout: float) -> dict:
+    """One run, cold page cache, under the cap: its last JSON (the example's --json file or the peer's last
+    line) with the cgroup's peak and OOM count."""
+    from bench.memcap import run_capped
+
+    dropped = drop_caches()
+    if cap:
+        res = run_capped(argv, cap, cwd=REPO, timeout=timeout)
+        out, extra = res.stdout, {"cap_bytes": res.cap_bytes, "peak_bytes": res.peak_bytes,
+                                  "oom_killed": res.oom_killed, "timed_out": res.timed_out,
+                                  "returncode": res.returncode}
+    else:
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        out, extra = proc.stdout, {"returncode": proc.returncode}
+    if json_out.exists():
+        result = json.loads(json_out.read_text())
+    else:
+        last = [line for line in (out or "").splitlines() if line.startswith("{")]
+        result = json.loads(last[-1]) if last else {}
+    return {**result, **extra, "cache_dropped": dropped is None, "tail": (out or "")[-600:]}
+
+
+def speed(args) -> dict:
+    from bench.peers import pyg as peer
+
+    data = Path(args.data)
+    ds = open_dataset(data)
+    work = RESULTS / "pyg-speed"
+    work.mkdir(parents=True, exist_ok=True)
+    common = ["--epochs", "1", "--max-batches", str(args.batches), "--eval-batches", "1", "--fanouts", args.fanouts,
+              "--batch-size", str(args.batch_size), "--hidden", str(args.hidden)]
+    runs = {}
+    for loader in ("node", "diskgnn"):
+        out = work / f"{loader}.json"
+        out.unlink(missing_ok=True)
+        argv = [sys.executable, str(EXAMPLE), str(data), "--loader", loader, "--cache", args.cache,
+                "--memory-budget", args.memory_budget, "--json", str(out), *common]
+        runs[f"diskgnn.pyg {loader}"] = _capped(argv, args.cap, out, args.timeout)
+        print(json.dumps({k: v for k, v in runs[f"diskgnn.pyg {loader}"].items() if k != "tail"}), flush=True)
+    ok, why = peer.available()
+    if ok:
+        argv = peer.command(data, mode="memmap", madvise="random", batches=args.batches, fanouts=args.fanouts,
+                            batch_size=args.batch_size, hidden=args.hidden)
+        r = _capped(argv, args.cap, work / "absent.json", args.timeout)
+        if r.get("batches"):
+            r["ms_per_batch"] = 1000 * r["epoch_s"] / r["batches"]
+        runs["PyG NeighborLoader (memmap, MADV_RANDOM)"] = r
+        print(json.dumps({k: v for k, v in r.items() if k != "tail"}), flush=True)
+    else:
+        runs["PyG NeighborLoader (memmap, MADV_RANDOM)"] = {"skipped": why}
+    feature_bytes = ds.num_nodes * ds.row_bytes
+    result = {"machine": machine_info(data), "dataset": str(data), "nodes": ds.num_nodes, "edges": ds.num_edges,
+              "feature_bytes": feature_bytes, "cap": args.cap, "batches": args.batches, "fanouts": args.fanouts,
+              "batch_size": args.batch_size, "hidden": args.hidden, "cache": args.cache, "runs": runs,
+              "command": " ".join(["python -m bench.pyg speed", *sys.argv[2:]])}
+    write_json(Path(args.out), result)
+    if args.doc:
+        write_section(Path(args.doc), speed_markdown(result), SPEED_MARKERS)
+    return result
+
+
+def speed_markdown(r: dict) -> str:
+    base = r["runs"].get("diskgnn.pyg node", {}).get("ms_per_batch")
+    lines = [f"Measured with `{r['command']}` on {r['machine']['summary']}: {r['dataset']} ({r['nodes']:,} nodes, "
+             f"{r['feature_bytes'] / 2**30:.1f} GiB of features), cap {r['cap'] or 'none'}, page cache dropped "
+             f"before each run; PyG's GraphSAGE (hidden {r['hidden']}), fanouts {r['fanouts']}, batches of "
+             f"{r['batch_size']}, the first {r['batches']} batches of an epoch; ms per batch from the first, data "
+             "loading included.", "",
+             "| data side | ms/batch | ms/batch after the first | x NodeLoader + diskgnn.pyg | setup s | peak memory "
+             "(cgroup) | result |", "|---|---|---|---|---|---|---|"]
+    for name, run in r["runs"].items():
+        if "skipped" in run:
+            lines.append(f"| {name} | - | - | - | - | - | not run: {run['skipped']} |")
+            continue
+        ms, after, peak = run.get("ms_per_batch"), run.get("ms_per_batch_after_first"), run.get("peak_bytes")
+        status = ("OOM-killed" if run.get("oom_killed") else "timed out" if run.get("timed_out")
+                  else f"exit {run['returncode']}" if run.get("returncode") else f"{run.get('batches', 0)} batches"
+                  + (f", backend {run['backend']}" if run.get("backend") else ""))
+        cells = [f"{ms:,.1f}" if ms else "-", f"{after:,.1f}" if after else "-",
+                 f"{ms / base:.2f}x" if ms and base else "-",
+                 f"{run['setup_s']:.1f}" if run.get("setup_s") is not None else f"{run.get('load_s', 0):.1f}",
+                 f"{peak / 2**30:.2f} GiB" if peak else "-"]
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {status} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m bench.pyg", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    sub.add_parser("venv", help="make the torch + torch_geometric venv; print its python")
+    a = sub.add_parser("accuracy")
+    a.add_argument("--datasets", default=",".join(DATASETS))
+    a.add_argument("--data", default=None, help="one prepared dataset directory instead (the smoke test's)")
+    a.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
+    a.add_argument("--epochs", type=int, default=None, help="default: bench.accuracy's per dataset")
+    a.add_argument("--allow-extras", action="store_true")
+    a.add_argument("--out", default=str(RESULTS / "pyg-accuracy.json"))
+    a.add_argument("--doc", default=str(REPO / "docs" / "accuracy.md"))
+    s = sub.add_parser("speed")
+    s.add_argument("--data", default=str(W1))
+    s.add_argument("--cap", default="2GiB", help="cgroup memory cap; none: uncapped")
+    s.add_argument("--batches", type=int, default=100)
+    s.add_argument("--fanouts", default="10,5")
+    s.add_argument("--batch-size", type=int, default=1024)
+    s.add_argument("--hidden", type=int, default=256)
+    s.add_argument("--cache", default="1GiB", help="NodeLoader's feature store memory tier")
+    s.add_argument("--memory-budget", default="2GiB", help="DiskgnnLoader's")
+    s.add_argument("--timeout", type=float, default=1800)
+    s.add_argument("--out", default=str(RESULTS / "pyg-speed.json"))
+    s.add_argument("--doc", default=str(REPO / "docs" / "benchmarks.md"))
+    args = p.parse_args(argv)
+    if args.what == "venv":
+        print(make_venv())
+        return None
+    if args.what == "speed" and args.cap == "none":
+        args.cap = None
+    if args.doc == "":
+        args.doc = None
+    return accuracy(args) if args.what == "accuracy" else speed(args)
+
+
+if __name__ == "__main__":
+    from diskgnn.errors import run_cli
+
+    sys.exit(run_cli("bench.pyg", main))

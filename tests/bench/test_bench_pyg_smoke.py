@@ -1,0 +1,46 @@
+"""bench.pyg's smoke runs on the trainer's small dataset: the accuracy study (two seeds, three epochs) and the speed
+table (three batches, uncapped), each writing its JSON and its marked section of a doc."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+pytest.importorskip("torch_geometric", reason="torch_geometric is the optional extra diskgnn[pyg]")
+
+
+def bench(*args, home):
+    proc = subprocess.run([sys.executable, "-m", "bench.pyg", *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO, env={**os.environ, "DISKGNN_HOME": str(home)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_accuracy_study_smoke(train_data, tmp_path):
+    doc = tmp_path / "accuracy.md"
+    doc.write_text("# kept\n")
+    bench("accuracy", "--data", train_data, "--seeds", "0,1", "--epochs", "3", "--allow-extras",
+          "--out", tmp_path / "a.json", "--doc", doc, home=tmp_path / "home")
+    result = json.loads((tmp_path / "a.json").read_text())
+    assert [r["seed"] for r in result["runs"]] == [0, 1]
+    for run in result["runs"]:
+        assert 0.4 < run["adapters"]["test_acc"] <= 1 and 0.4 < run["in_memory"]["test_acc"] <= 1  # chance 0.25
+    text = doc.read_text()
+    assert text.startswith("# kept\n") and "| ds | 3 |" in text
+
+
+def test_speed_table_smoke(train_data, tmp_path):
+    doc = tmp_path / "benchmarks.md"
+    bench("speed", "--data", train_data, "--cap", "none", "--batches", "3", "--batch-size", "47", "--fanouts", "4,3",
+          "--hidden", "16", "--cache", "2KiB", "--memory-budget", "1GiB", "--out", tmp_path / "s.json", "--doc", doc,
+          home=tmp_path / "home")
+    runs = json.loads((tmp_path / "s.json").read_text())["runs"]
+    for name in ("diskgnn.pyg node", "diskgnn.pyg diskgnn"):
+        assert runs[name]["batches"] == 3 and runs[name]["ms_per_batch"] > 0 and runs[name]["backend"]
+    peer = runs["PyG NeighborLoader (memmap, MADV_RANDOM)"]
+    assert peer.get("batches") == 3 or "PyG is not usable" in peer["skipped"]
+    assert "| diskgnn.pyg node | " in doc.read_text()
