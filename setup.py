@@ -29,7 +29,8 @@ NATIVE_SOURCES = [
     "native/uring_engine.cc",
     "native/uring_support.cc",
 ]
-SYSTEM_INCLUDES = ("/usr/include", "/usr/local/include")
+# CPATH's directories too: `make gpu-check` unpacks a carried libxxhash-dev there on machines without apt.
+SYSTEM_INCLUDES = ("/usr/include", "/usr/local/include", *filter(None, os.environ.get("CPATH", "").split(":")))
 
 
 def pkg_config(*args):

@@ -25,7 +25,6 @@ import argparse
 import copy
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -293,6 +292,9 @@ def main(argv=None):
     s.add_argument("--timeout", type=float, default=1800)
     s.add_argument("--out", default=str(RESULTS / "pyg-speed.json"))
     s.add_argument("--doc", default=str(REPO / "docs" / "benchmarks.md"))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0].startswith("-"):  # `python -m bench pyg`: the speed table
+        argv = ["speed", *argv]
     args = p.parse_args(argv)
     if args.what == "venv":
         print(make_venv())

@@ -84,22 +84,57 @@ class PlacedTier(Tier):
         out[torch.from_numpy(positions).to(device)] = self.rows[torch.from_numpy(slots.astype(np.int64)).to(device)]
 
 
+class ZeroCopyTier(PlacedTier):
+    """A host tier the GPU gathers from itself (PyTorch-Direct, store/uva.py): its rows page-locked and mapped
+    into the device's address space, a batch's rows read by a kernel straight into the device tensor."""
+
+    on_device = True
+
+    def __init__(self, name: str, index: int, placement: Placement, rows):
+        from .uva import MappedRows
+
+        super().__init__(name, index, placement, rows)
+        self.on_device = True
+        self.mapped = MappedRows(rows)
+
+    def fill(self, batch, positions, slots, out):
+        self.mapped.gather(slots, positions, out)
+
+
+def host_gather_path(device: str, zero_copy: str = "auto") -> tuple[bool, str]:
+    """Whether host tiers are gathered by the GPU (zero copy) on `device`, and the plan's line of why."""
+    if device == "cpu":
+        return False, "host tiers: rows gathered by the CPU (no device)"
+    from .uva import why_not
+
+    reason = "--zero-copy off" if zero_copy == "off" else why_not(device)
+    if reason is None:
+        return True, "host tiers: zero-copy, rows gathered by the GPU from mapped pinned memory (CuPy kernel)"
+    if zero_copy == "on":
+        raise DiskgnnError(f"--zero-copy on: {reason}")
+    return False, f"host tiers: CPU gather + pinned copy ({reason})"
+
+
 def load_tiers(dataset: Dataset, placement: Placement, device: str = "cpu", backend: str = "auto",
-               features: FeatureSource | None = None) -> list[PlacedTier]:
+               features: FeatureSource | None = None, zero_copy: str = "auto") -> list[PlacedTier]:
     """Reads every placement tier's rows of `features` (default: features.bin) with coalesced gathers
-    (ids are sorted, so reads run forwards); the first tier goes to the device when there is one, host
-    tiers are pinned when CUDA is present. Shared by the stores of every pack file of a run."""
+    (ids are sorted, so reads run forwards); the first tier goes to the device when there is one; host
+    tiers with a device are gathered by the GPU where host_gather_path says so, else pinned for the
+    copy. Shared by the stores of every pack file of a run."""
     import torch
 
+    gpu_gathers = host_gather_path(device, zero_copy)[0]
     tiers = []
     with FeatureReader(features or feature_source(dataset), backend) as reader:
         for t, (name, ids) in enumerate(zip(placement.tier_names, placement.tier_ids)):
             rows = reader.gather(ids)
             if t == 0 and device != "cpu":
-                rows = rows.to(device)
-            elif torch.cuda.is_available():
-                rows = rows.pin_memory()
-            tiers.append(PlacedTier(name, t, placement, rows))
+                tiers.append(PlacedTier(name, t, placement, rows.to(device)))
+            elif gpu_gathers:
+                tiers.append(ZeroCopyTier(name, t, placement, rows))
+            else:
+                tiers.append(PlacedTier(name, t, placement, rows.pin_memory() if torch.cuda.is_available()
+                                        else rows))
     return tiers
 
 

@@ -59,6 +59,10 @@ class TrainConfig:
         "help": "host cache tier budget (auto: half of what the budget leaves after the working set)"})
     device_cache: str = field(default="auto", metadata={
         "help": "device cache tier budget with CUDA (auto: a quarter of free device memory)"})
+    zero_copy: str = field(default="auto", metadata={
+        "help": "with CUDA, host tier rows gathered by the GPU itself from mapped pinned memory (PyTorch-Direct; "
+                "needs CuPy): auto (where it can, else CPU gather + pinned copy, and the plan says why), on, off",
+        "choices": ("auto", "on", "off")})
     sampler: str = field(default="neighbor", metadata={
         "help": "neighbor: node-wise uniform; labor: LABOR-0, one variate per vertex shared by a batch's seeds "
                 "(fewer distinct vertices per batch)", "choices": SAMPLERS})

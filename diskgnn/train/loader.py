@@ -43,7 +43,7 @@ from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
 from ..offline.epochs import EpochFiles, OfflineEpochs
 from ..store.store import FeatureStore
-from ..store.tiers import load_tiers
+from ..store.tiers import host_gather_path, load_tiers
 from .config import TrainConfig, from_options, save
 from .plan import Plan, disk_copies, make_plan, resolve_device
 
@@ -133,7 +133,9 @@ class Loader:
                 if self.eval_seeds(split).size:
                     self.eval_files[split] = self.epochs.eval_files(
                         split, self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
-        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source)
+        if self.device != "cpu":
+            self.say(f"plan: {host_gather_path(self.device, cfg.zero_copy)[1]}")
+        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, cfg.zero_copy)
         return plan
 
     def say(self, line: str) -> None:
@@ -285,6 +287,7 @@ class Loader:
             "memory_budget_bytes": self.plan.budget,
             "backend": self.backend,
             "device": self.device,
+            "host_gather": host_gather_path(self.device, self.cfg.zero_copy)[1],
             "dataset": str(self.data),
             "plan": self.plan.to_dict(),
         }
