@@ -99,7 +99,8 @@ def gathers(data: Path, batches: list[np.ndarray]) -> dict:
             if nodes is batches[0]:
                 assert torch.equal(x.cpu(), host[torch.from_numpy(nodes)]), f"{name} gathered other rows"
         rows = float(np.mean([b.size for b in batches]))
-        out[name] = {"ms_per_batch": 1000 * float(np.mean(seconds)), "cpu_ms_per_batch": 1000 * float(np.mean(cpu_seconds)),
+        out[name] = {"ms_per_batch": 1000 * float(np.mean(seconds)),
+                     "cpu_ms_per_batch": 1000 * float(np.mean(cpu_seconds)),
                      "rows_per_batch": rows, "gb_per_s": rows * ds.row_bytes / float(np.mean(seconds)) / 1e9}
     mapped.close()
     return out

@@ -1,8 +1,8 @@
 """PyG's GraphSAGE trained on a diskgnn dataset with PyG's own NodeLoader: only the data side is diskgnn's.
 
     python examples/pyg_graphsage.py DATA [--loader node|diskgnn] [--epochs 3] [--max-batches N]
-        [--fanouts 10,5] [--batch-size 1024] [--hidden 256] [--cache 512MiB] [--memory-budget 2GiB]
-        [--eval-batches N] [--seed 0] [--json OUT.json]
+        [--fanouts 10,5] [--eval-fanouts F] [--batch-size 1024] [--hidden 256] [--cache 512MiB]
+        [--memory-budget 2GiB] [--eval-batches N] [--seed 0] [--json OUT.json]
 
 `--loader node` (default): torch_geometric.loader.NodeLoader over DiskgnnFeatureStore and
 DiskgnnGraphStore with DiskgnnSampler (the seeds are NodeLoader's; features from a memory tier
@@ -60,6 +60,8 @@ def main(argv=None) -> dict:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--max-batches", type=int, default=None, help="stop each epoch after N batches")
     p.add_argument("--fanouts", default="10,5")
+    p.add_argument("--eval-fanouts", default=None, help="evaluation's (default: --fanouts; -1,-1: every neighbour, "
+                   "which gives the whole graph's outputs)")
     p.add_argument("--batch-size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--lr", type=float, default=0.003)
@@ -72,6 +74,7 @@ def main(argv=None) -> dict:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     fanouts = [int(f) for f in args.fanouts.split(",")]
+    eval_fanouts = [int(f) for f in args.eval_fanouts.split(",")] if args.eval_fanouts else fanouts
     torch.manual_seed(args.seed)
     began = time.perf_counter()
     ds = diskgnn.open_dataset(args.data)
@@ -79,13 +82,15 @@ def main(argv=None) -> dict:
     if args.loader == "node":
         stores = (DiskgnnFeatureStore(args.data, cache=args.cache), DiskgnnGraphStore(args.data))
         sampler = DiskgnnSampler(args.data, fanouts=fanouts, seed=args.seed)
+        evaluator = DiskgnnSampler(args.data, fanouts=eval_fanouts, seed=args.seed + 1)
         train = node_loader(stores, sampler, ds.split("train"), args.batch_size, shuffle=True)
         epochs = (train for _ in range(args.epochs))
-        splits = {s: (lambda s=s: node_loader(stores, sampler, ds.split(s), args.batch_size, shuffle=False))
+        splits = {s: (lambda s=s: node_loader(stores, evaluator, ds.split(s), args.batch_size, shuffle=False))
                   for s in ("val", "test")}
     else:
         loader = DiskgnnLoader(args.data, fanouts=fanouts, batch_size=args.batch_size, seed=args.seed,
-                               epochs=args.epochs, max_batches=args.max_batches, memory_budget=args.memory_budget,
+                               eval_fanouts=eval_fanouts, epochs=args.epochs, max_batches=args.max_batches,
+                               memory_budget=args.memory_budget,
                                eval_max_batches=args.eval_batches, progress=False)
         epochs = (loader for _ in range(args.epochs))
         splits = {s: (lambda s=s: loader.evaluation(s)) for s in ("val", "test")}
@@ -119,7 +124,8 @@ def main(argv=None) -> dict:
     result = {"loader": args.loader, "dataset": str(args.data), "batches": len(batch_times),
               "ms_per_batch": 1000 * float(np.mean(batch_times)),
               "ms_per_batch_after_first": 1000 * float(np.mean(batch_times[1:])) if len(batch_times) > 1 else None,
-              "setup_s": setup_s, "val_acc": best, "test_acc": test, "fanouts": fanouts, "batch_size": args.batch_size}
+              "setup_s": setup_s, "val_acc": best, "test_acc": test, "fanouts": fanouts, "eval_fanouts": eval_fanouts,
+              "batch_size": args.batch_size}
     if args.loader == "node":
         result.update(feature_tiers=stores[0].stats(), backend=stores[0].backend)
     else:

@@ -42,7 +42,8 @@ def test_zero_copy_gather_equals_numpy(dtype, width, slots):
     from diskgnn.store.uva import MappedRows
 
     rng = np.random.default_rng(0)
-    table = (rng.integers(0, 250, (199, width)) if dtype == np.uint8 else rng.standard_normal((199, width))).astype(dtype)
+    table = rng.integers(0, 250, (199, width)) if dtype == np.uint8 else rng.standard_normal((199, width))
+    table = table.astype(dtype)
     mapped = MappedRows(torch.from_numpy(table.copy()))
     slots = np.asarray(slots, dtype=np.int64)
     positions = rng.permutation(slots.size + 3)[: slots.size]

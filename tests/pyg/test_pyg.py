@@ -256,7 +256,8 @@ def test_prepare_takes_a_pyg_data(ds, tmp_path):
         diskgnn.prepare(Data(x=g.x, edge_index=g.edge_index), tmp_path / "bad", progress=False)
     with pytest.raises(DiskgnnError, match="train_mask has shape"):
         diskgnn.prepare(Data(x=g.x, y=data.y, edge_index=g.edge_index, train_mask=torch.ones(n, 2, dtype=torch.bool),
-                             val_mask=masks["val_mask"], test_mask=masks["test_mask"]), tmp_path / "bad", progress=False)
+                             val_mask=masks["val_mask"], test_mask=masks["test_mask"]), tmp_path / "bad",
+                        progress=False)
     assert not (tmp_path / "bad").exists()
 
 
