@@ -139,7 +139,7 @@ def accuracy(args) -> dict:
             adapters = ex.main([str(data), "--epochs", str(epochs), "--fanouts", FANOUTS, "--batch-size",
                                 str(BATCH_SIZE), "--hidden", str(hp["hidden"]), "--lr", str(hp["lr"]),
                                 "--weight-decay", str(hp["weight_decay"]), "--dropout", str(hp["dropout"]),
-                                "--eval-fanouts", args.eval_fanouts, "--seed", str(seed)])
+                                f"--eval-fanouts={args.eval_fanouts}", "--seed", str(seed)])
             t1 = time.perf_counter()
             memory = full_batch(data, epochs=epochs, seed=seed, **hp)
             runs.append({"dataset": name, "seed": seed, "epochs": epochs,
