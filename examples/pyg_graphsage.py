@@ -139,4 +139,6 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    from diskgnn.errors import run_cli
+
+    sys.exit(run_cli("pyg_graphsage", main))

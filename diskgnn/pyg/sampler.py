@@ -44,6 +44,14 @@ class DiskgnnSampler(BaseSampler):
         self.graph = open_graph(self.ds)
         self.calls = 0
 
+    def __getstate__(self):
+        # A DataLoader worker started with spawn gets the sampler pickled: it maps the topology again.
+        return {k: v for k, v in self.__dict__.items() if k != "graph"}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self.graph = open_graph(self.ds)
+
     def _key(self) -> int:
         worker = torch.utils.data.get_worker_info()
         key = ((worker.id + 1 if worker is not None else 0) << 40) + self.calls

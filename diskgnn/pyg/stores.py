@@ -32,6 +32,9 @@ from ..units import parse_size
 
 NODE_ATTRS = ("x", "y")
 DEFAULT_CACHE = "512MiB"
+# Readers a forked DataLoader worker inherited: never closed there, since closing one joins an io_uring or pread
+# thread that only the parent has (the worker would hang). Workers leave with os._exit, which runs no destructor.
+_INHERITED = []
 
 
 def _read_only(what: str, path: Path):
@@ -61,6 +64,8 @@ class DiskgnnFeatureStore(FeatureStore):
 
     def _open(self) -> None:
         # A forked DataLoader worker must not share its parent's io_uring: each process opens its own reader.
+        if getattr(self, "rows", None) is not None:
+            _INHERITED.append(self.rows)
         self._pid = os.getpid()
         self.rows = RowStore(self.ds, self.placement, None, backend=self.backend_asked, tiers=self._tiers,
                              features=self.source)

@@ -273,3 +273,18 @@ def test_example_trains_pyg_graphsage(train_data, tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         result = json.loads(out.read_text())
         assert result["batches"] == 3 * -(-200 // 47) and result["test_acc"] > 0.6  # chance 0.25
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_node_loader_workers_read_their_own_rows(data_dir, ds, context):
+    """DataLoader workers: a forked one opens its own reader (and never closes its parent's), a spawned one gets
+    the stores and the sampler pickled and opens the dataset again."""
+    fs, gs = DiskgnnFeatureStore(data_dir, cache="40KiB"), DiskgnnGraphStore(data_dir)
+    fs.get_tensor(group_name=None, attr_name="x", index=torch.tensor([1, 2]))  # the parent's reader is open
+    seeds = np.array(ds.split("val"))
+    loader = NodeLoader((fs, gs), node_sampler=DiskgnnSampler(data_dir, fanouts=[3, 2]), batch_size=16, num_workers=2,
+                        input_nodes=torch.from_numpy(seeds), multiprocessing_context=context)
+    batches = list(loader)
+    assert len(batches) == -(-seeds.size // 16)
+    for i, data in enumerate(batches):
+        check_subgraph(ds, data, seeds[i * 16:(i + 1) * 16], [3, 2])
