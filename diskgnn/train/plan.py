@@ -58,7 +58,7 @@ def disk_copies(cfg, train: int, val: int, test: int) -> float:
 
 
 def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
-                pack_memory: int = defaults.PACK_MEMORY) -> int:
+                pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32") -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget."""
     layers = batch_layers(ds, cfg.batch_size, cfg.fanout_list)
     rows = layers[0][0]
@@ -66,7 +66,7 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     # the queues between), float32 model input after it (two queued, one being trained).
     queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
     dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
-    activations = activation_bytes(cfg.model, layers, dims, cfg.heads)
+    activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
     recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
     return (defaults.TRAIN_BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
@@ -231,18 +231,20 @@ class Plan:
         return d
 
 
-def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host: int) -> tuple[int, int, int]:
+def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host: int,
+         precision: str) -> tuple[int, int, int]:
     """(reads in flight, packer floor, working set): the deepest reads (--read-depth, or READ_DEPTH down to
-    1), then the larger packer floor, that the budget holds beside an explicit --host-cache."""
+    1), then the larger packer floor, that the budget holds beside an explicit --host-cache. `precision`: the
+    step's on the host (bf16 on a CPU)."""
     depths = [cfg.read_depth] if cfg.read_depth is not None else range(defaults.READ_DEPTH, 0, -1)
     # online sampling packs nothing
     floors = (0,) if cfg.sampling == "online" else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
     for depth in depths:
         for pack in floors:
-            need = working_set(ds, source, cfg, depth, pack)
+            need = working_set(ds, source, cfg, depth, pack, precision)
             if need + host <= budget:
                 return depth, pack, need
-    smallest = working_set(ds, source, cfg, depths[-1], floors[-1])
+    smallest = working_set(ds, source, cfg, depths[-1], floors[-1], precision)
     if host and smallest <= budget:
         raise UsageError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
                            f"exceed --memory-budget {cfg.memory_budget}")
@@ -262,7 +264,9 @@ def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str)
                            "and stored with quantize --force; pass --force-features to train on it anyway")
     budget = parse_size(cfg.memory_budget)
     explicit_host = 0 if cfg.host_cache == "auto" else parse_size(cfg.host_cache)
-    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host)
+    # A GPU's step keeps its temporaries on the device; a CPU's bf16 step keeps oneDNN's on the host.
+    host_precision = resolve_precision(cfg, device) if device == "cpu" else "fp32"
+    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host, host_precision)
     features = ds.num_nodes * source.row_bytes
     # no tier larger than all the stored rows; auto: half of what the budget leaves after the working set
     # (the other half: page cache for segments and the OS)

@@ -11,6 +11,7 @@ the eval sets (diskgnn/distributed/); its evaluation is summed over the ranks.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Callable
 
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from .. import defaults
 from ..distributed import cooperative
 from ..distributed.group import Group
 from .checkpoints import EpochState
@@ -35,6 +37,10 @@ class Run:
         self.loader = Loader(config=cfg, group=group)
         self.device = self.loader.device
         self.precision = resolve_precision(cfg, self.device)
+        if self.precision == "bf16" and self.device == "cpu":
+            # oneDNN, which runs the CPU's bf16 products, otherwise keeps primitives for 1024 shapes: each batch
+            # has its own, so its cache only grows. Read at its first primitive, which is still to come.
+            os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(defaults.ONEDNN_CACHE))
         for line in self.precision_lines():
             self.loader.say(line)
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
