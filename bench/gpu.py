@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -38,11 +37,6 @@ from diskgnn.offline.sample import sample_epoch
 REPO = Path(__file__).resolve().parents[1]
 MARKERS = ("<!-- bench.gpu: begin -->", "<!-- bench.gpu: end -->")
 FANOUTS, BATCH = [10, 5], 1024
-
-
-def cpu_s() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def h2d_bandwidth(nbytes: int = 1 << 30) -> float:
@@ -91,11 +85,11 @@ def gathers(data: Path, batches: list[np.ndarray]) -> dict:
         seconds, cpu_seconds = [], []
         for nodes in batches:
             torch.cuda.synchronize()
-            t, c = time.perf_counter(), cpu_s()
+            t, c = time.perf_counter(), time.process_time()
             x = fn(nodes)
             torch.cuda.synchronize()
             seconds.append(time.perf_counter() - t)
-            cpu_seconds.append(cpu_s() - c)
+            cpu_seconds.append(time.process_time() - c)
             if nodes is batches[0]:
                 assert torch.equal(x.cpu(), host[torch.from_numpy(nodes)]), f"{name} gathered other rows"
         rows = float(np.mean([b.size for b in batches]))

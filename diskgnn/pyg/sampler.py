@@ -26,6 +26,7 @@ from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
 from ..data.format import open_dataset
 from ..errors import DiskgnnError
 from ..offline.sample import Sampler, open_graph, sample_batch
+from ..loading.blocks import neighbour_lists
 from ..loading.subgraph import hop_edges
 
 
@@ -90,17 +91,15 @@ def _repeat_seeds(batch, row, col, num_nodes, num_edges, where):
     NeighborLoader's rows for its input nodes: `where[j]` is the sampled position of given seed j."""
     s, given = batch.num_seeds, where.size
     # Position of each sampled node in the new node list: seeds at their first copy, the rest after the copies.
-    first_copy = np.full(s, -1, dtype=np.int64)
-    for j in range(given - 1, -1, -1):
-        first_copy[where[j]] = j
+    first_copy = np.empty(s, dtype=np.int64)
+    first_copy[where[::-1]] = np.arange(given - 1, -1, -1)  # of repeated indices the last assignment stays
     remap = np.concatenate([first_copy, given + np.arange(batch.nodes.size - s, dtype=np.int64)])
     seed_edges = col < s
     hop0 = np.flatnonzero(seed_edges)
     by_seed = hop0[np.argsort(col[hop0], kind="stable")]
-    starts = np.searchsorted(col[by_seed], np.arange(s + 1))
-    counts = starts[where + 1] - starts[where]
-    take = by_seed[np.repeat(starts[where] - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
-                   + np.arange(counts.sum())]
+    # hop 0's edges as a CSC over the sampled seeds: each given copy takes its seed's list
+    local, take = neighbour_lists(np.searchsorted(col[by_seed], np.arange(s + 1)), by_seed, where)
+    counts = np.diff(local)
     new_row = np.concatenate([remap[row[take]], remap[row[~seed_edges]]])
     new_col = np.concatenate([np.repeat(np.arange(given, dtype=np.int64), counts), remap[col[~seed_edges]]])
     node = np.concatenate([batch.nodes[where], batch.nodes[s:]])

@@ -88,8 +88,6 @@ class ZeroCopyTier(PlacedTier):
     """A host tier the GPU gathers from itself (PyTorch-Direct, store/uva.py): its rows page-locked and mapped
     into the device's address space, a batch's rows read by a kernel straight into the device tensor."""
 
-    on_device = True
-
     def __init__(self, name: str, index: int, placement: Placement, rows):
         from .uva import MappedRows
 

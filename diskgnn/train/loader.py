@@ -197,10 +197,7 @@ class Loader:
         --eval full, full-neighbour inference runs instead (diskgnn/nn/inference.py), not a pass."""
         cfg = self.cfg
         if cfg.sampling == "online":
-            source = OnlineLoader(self.ds, self.eval_seeds(split), fanouts=cfg.eval_fanout_list,
-                                  batch_size=cfg.batch_size, seed=cfg.seed, epoch=EVAL_EPOCH[split],
-                                  labels=self.labels, device=self.device, read_depth=self.read_depth,
-                                  backend=cfg.backend, features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
+            source = self._online_source(self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split])
         elif split in self.eval_files:
             source = self._offline_source(self.eval_files[split])
         else:
@@ -212,10 +209,7 @@ class Loader:
     def _train_source(self, epoch: int):
         cfg = self.cfg
         if cfg.sampling == "online":
-            return OnlineLoader(self.ds, self.train_ids, fanouts=cfg.fanout_list, batch_size=cfg.batch_size,
-                                seed=cfg.seed, epoch=epoch, labels=self.labels, device=self.device,
-                                read_depth=self.read_depth, backend=cfg.backend, features=self.source,
-                                sampler=cfg.sampler_spec, hag=self.hag)
+            return self._online_source(self.train_ids, cfg.fanout_list, epoch)
         files = self.epochs.files(epoch)
         source = self._offline_source(files)
         if cfg.distributed == "cooperative":
@@ -223,6 +217,12 @@ class Loader:
             source.cooperative = lambda batch: cooperative.exchange_plan(
                 batch, cooperative.owners(batch.nodes, g.world, owner, n), g.rank, g.world)
         return source
+
+    def _online_source(self, seeds: np.ndarray, fanouts, epoch: int) -> OnlineLoader:
+        cfg = self.cfg
+        return OnlineLoader(self.ds, seeds, fanouts=fanouts, batch_size=cfg.batch_size, seed=cfg.seed, epoch=epoch,
+                            labels=self.labels, device=self.device, read_depth=self.read_depth, backend=cfg.backend,
+                            features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
 
     def _offline_source(self, files) -> OfflineLoader:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
