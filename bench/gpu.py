@@ -58,7 +58,8 @@ def gathers(data: Path, batches: list[np.ndarray]) -> dict:
     from diskgnn.store.uva import MappedRows
 
     ds = open_dataset(data)
-    host = torch.from_numpy(np.ascontiguousarray(ds.features))  # every row in host memory (read once)
+    # every row in anonymous host memory (read once): CUDA cannot page-lock the file's read-only mapping
+    host = torch.from_numpy(np.array(ds.features))
     mapped = MappedRows(host)
     on_device = host.to("cuda")
     staging = torch.empty((max(b.size for b in batches), ds.feature_dim), dtype=host.dtype).pin_memory()

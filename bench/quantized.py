@@ -40,7 +40,7 @@ from diskgnn.units import format_size, parse_size
 from .common import cpu_seconds, machine_info, synthetic_workload, wait_for_idle, write_json
 from .epoch import REPO, add_training_args, apply_smoke, trainer
 
-CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache
+CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache and, on a GPU, --device-cache
 QUIET_CPU_S = 5.0  # a run is quiet when other processes took less CPU than this meanwhile
 
 
@@ -95,7 +95,7 @@ def main(argv=None) -> dict:
                 waited = wait_for_idle(args.idle_wait) if args.idle_wait > 0 else 0.0
                 busy0, own0 = cpu_seconds()
                 r = trainer(run_dir, data, work, args, memory_budget=args.cap, host_cache=host_cache, cap=cap,
-                            features=v)
+                            features=v, options=("--device-cache", host_cache))
                 busy1, own1 = cpu_seconds()
                 # CPU that other processes took meanwhile: on 2 cores torch's compute threads slow down
                 # badly beside any other busy process, so this says which epoch times are comparable.

@@ -2,13 +2,14 @@
 
     python examples/pyg_graphsage.py DATA [--loader node|diskgnn] [--epochs 3] [--max-batches N]
         [--fanouts 10,5] [--eval-fanouts F] [--batch-size 1024] [--hidden 256] [--cache 512MiB]
-        [--memory-budget 2GiB] [--eval-batches N] [--seed 0] [--json OUT.json]
+        [--memory-budget 2GiB] [--eval-batches N] [--device auto|cpu|cuda] [--seed 0] [--json OUT.json]
 
 `--loader node` (default): torch_geometric.loader.NodeLoader over DiskgnnFeatureStore and
 DiskgnnGraphStore with DiskgnnSampler (the seeds are NodeLoader's; features from a memory tier
 of --cache bytes and O_DIRECT reads). `--loader diskgnn`: DiskgnnLoader, diskgnn.train's
-pipeline (offline samples, packs, tiers sized from --memory-budget) yielding the same Data.
-The training loop is PyG's usual one either way. The dataset may be far larger than memory:
+pipeline (offline samples, packs, tiers sized from --memory-budget) yielding the same Data,
+already on the training device (--device; auto: CUDA where torch sees one); NodeLoader's
+batches are moved there in the loop. The training loop is PyG's usual one either way. The dataset may be far larger than memory:
 
     python -m bench.memcap --cap 2GiB --drop-caches -- python examples/pyg_graphsage.py data/w1 --max-batches 100
 
@@ -33,6 +34,7 @@ from torch_geometric.nn.models import GraphSAGE
 
 import diskgnn
 from diskgnn.pyg import DiskgnnFeatureStore, DiskgnnGraphStore, DiskgnnLoader, DiskgnnSampler
+from diskgnn.train.plan import resolve_device
 
 
 def node_loader(stores, sampler, ids: np.ndarray, batch_size: int, shuffle: bool) -> NodeLoader:
@@ -41,12 +43,13 @@ def node_loader(stores, sampler, ids: np.ndarray, batch_size: int, shuffle: bool
 
 
 @torch.no_grad()
-def accuracy(model, batches, max_batches: int | None) -> float:
+def accuracy(model, batches, max_batches: int | None, device: str) -> float:
     model.eval()
     correct = total = 0
     for i, data in enumerate(batches):
         if max_batches is not None and i >= max_batches:
             break
+        data = data.to(device)
         pred = model(data.x, data.edge_index)[: data.batch_size].argmax(1)
         correct += int((pred == data.y[: data.batch_size]).sum())
         total += data.batch_size
@@ -70,6 +73,8 @@ def main(argv=None) -> dict:
     p.add_argument("--cache", default="512MiB", help="--loader node: feature bytes kept in memory")
     p.add_argument("--memory-budget", default="2GiB", help="--loader diskgnn: the pipeline's budget")
     p.add_argument("--eval-batches", type=int, default=None, help="evaluate on at most N batches")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the model trains (auto: CUDA where torch sees one)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -91,12 +96,13 @@ def main(argv=None) -> dict:
         loader = DiskgnnLoader(args.data, fanouts=fanouts, batch_size=args.batch_size, seed=args.seed,
                                eval_fanouts=eval_fanouts, epochs=args.epochs, max_batches=args.max_batches,
                                memory_budget=args.memory_budget,
-                               eval_max_batches=args.eval_batches, progress=False)
+                               eval_max_batches=args.eval_batches, device=args.device, progress=False)
         epochs = (loader for _ in range(args.epochs))
         splits = {s: (lambda s=s: loader.evaluation(s)) for s in ("val", "test")}
 
+    device = loader.device if args.loader == "diskgnn" else resolve_device(args.device)
     model = GraphSAGE(ds.feature_dim, args.hidden, num_layers=len(fanouts), out_channels=ds.num_classes,
-                      dropout=args.dropout)
+                      dropout=args.dropout).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     best, best_state, batch_times = -1.0, None, []
     setup_s = time.perf_counter() - began  # DiskgnnLoader: epoch 0 sampled and packed, the tiers loaded
@@ -106,6 +112,7 @@ def main(argv=None) -> dict:
         for i, data in enumerate(batches):
             if args.max_batches is not None and i >= args.max_batches:
                 break
+            data = data.to(device)
             optimizer.zero_grad()
             out = model(data.x, data.edge_index)[: data.batch_size]
             loss = F.cross_entropy(out, data.y[: data.batch_size])
@@ -114,18 +121,18 @@ def main(argv=None) -> dict:
             now = time.perf_counter()
             batch_times.append(now - start)
             start = now
-        val = accuracy(model, splits["val"](), args.eval_batches)
+        val = accuracy(model, splits["val"](), args.eval_batches, device)
         print(f"epoch {epoch}: loss {loss.item():.4f}, val acc {val:.4f}, "
               f"{1000 * np.mean(batch_times[-(i + 1):]):.1f} ms/batch", flush=True)
         if val > best:
             best, best_state = val, copy.deepcopy(model.state_dict())
     model.load_state_dict(best_state)
-    test = accuracy(model, splits["test"](), args.eval_batches)
+    test = accuracy(model, splits["test"](), args.eval_batches, device)
     result = {"loader": args.loader, "dataset": str(args.data), "batches": len(batch_times),
               "ms_per_batch": 1000 * float(np.mean(batch_times)),
               "ms_per_batch_after_first": 1000 * float(np.mean(batch_times[1:])) if len(batch_times) > 1 else None,
               "setup_s": setup_s, "val_acc": best, "test_acc": test, "fanouts": fanouts, "eval_fanouts": eval_fanouts,
-              "batch_size": args.batch_size}
+              "batch_size": args.batch_size, "device": device}
     if args.loader == "node":
         result.update(feature_tiers=stores[0].stats(), backend=stores[0].backend)
     else:

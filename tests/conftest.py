@@ -84,10 +84,11 @@ def train_data(tmp_path_factory):
 
 
 def train_config(data, workdir, **kw):
-    """A TrainConfig for train_data: tiny batches, a host cache of a few rows, no progress bar."""
+    """A TrainConfig for train_data: tiny batches, a host cache of a few rows, no progress bar, on the CPU (the
+    tests' tier counts and bit-for-bit comparisons are the CPU path's; tests/cuda trains on a GPU)."""
     from diskgnn.train.config import TrainConfig
 
     base = dict(data=str(data), workdir=str(workdir), fanouts="4,3", batch_size=47, hidden=16, epochs=2,
-                lr=0.02, progress=False, memory_budget="2GiB", host_cache="8KiB")
+                lr=0.02, progress=False, memory_budget="2GiB", host_cache="8KiB", device="cpu")
     base.update(kw)
     return TrainConfig(**base)

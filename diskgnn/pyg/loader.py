@@ -21,6 +21,11 @@ class DiskgnnLoader:
         self.loader = Loader(data, **options)
         self.next_epoch = 0
 
+    @property
+    def device(self) -> str:
+        """Where the batches' tensors are: the model belongs there too."""
+        return self.loader.device
+
     def __len__(self) -> int:
         """Batches in the next epoch."""
         return self.loader.num_batches

@@ -64,7 +64,7 @@ class Loader:
             raise UsageError("Loader: pass either a config or data and options, not both")
         self.cfg, self.group, self.log = config, group or Group(), log
         cfg = config
-        self.device = resolve_device(cfg)
+        self.device = resolve_device(cfg.device)
         self.data = Path(cfg.data) if cfg.data else default_dataset(cfg.progress)
         self.ds = open_dataset(self.data)
         try:

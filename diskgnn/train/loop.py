@@ -40,7 +40,7 @@ def versions() -> dict:
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
-    group = join(cfg.distributed, resolve_device(cfg), cfg.dist_timeout_s)
+    group = join(cfg.distributed, resolve_device(cfg.device), cfg.dist_timeout_s)
     finished = False
     try:
         with AnonPeak() as memory:

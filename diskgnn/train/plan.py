@@ -96,15 +96,16 @@ def resolve_precision(cfg: TrainConfig, device: str) -> str:
     return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
-def resolve_device(cfg: TrainConfig) -> str:
+def resolve_device(device: str) -> str:
+    """--device's value (auto, cpu or cuda) as the device the run uses."""
     import torch
 
-    if cfg.device == "cuda" and not torch.cuda.is_available():
+    if device == "cuda" and not torch.cuda.is_available():
         raise UsageError("--device cuda: CUDA is not available on this machine (torch "
                            f"{torch.__version__}, built {'with' if torch.version.cuda else 'without'} CUDA)")
-    if cfg.device == "auto":
+    if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    return cfg.device
+    return device
 
 
 @dataclass(frozen=True)

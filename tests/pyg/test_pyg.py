@@ -60,7 +60,7 @@ IDS = [np.array([5]), np.arange(N), np.array([3, 3, 198, 0, 3]), np.array([], dt
 @pytest.mark.parametrize("cache", [0, "20KiB", 10 << 20])
 @pytest.mark.parametrize("ids", IDS, ids=["one", "all-199", "dups", "empty", "mixed"])
 def test_feature_store_equals_numpy_indexing(data_dir, ds, cache, ids):
-    fs = DiskgnnFeatureStore(data_dir, cache=cache, backend="io_uring")
+    fs = DiskgnnFeatureStore(data_dir, cache=cache)  # the reader the machine has: io_uring where built
     x, y = fs.multi_get_tensor([dict(group_name=None, attr_name="x", index=torch.from_numpy(ids)),
                                 dict(group_name=None, attr_name="y", index=torch.from_numpy(ids))])
     np.testing.assert_array_equal(x.numpy(), np.asarray(ds.features)[ids])
@@ -133,6 +133,7 @@ def test_graph_store_maps_the_csc(data_dir, ds):
 def check_subgraph(ds, data: Data, seeds: np.ndarray, fanouts) -> None:
     """`data` is a NeighborLoader-style subgraph of `seeds`: seeds first, x and y the rows of n_id, every edge a
     real in-edge, each node's in-edges sampled once, at most its hop's fanout (all where the fanout is -1)."""
+    data = data.cpu()  # diskgnn.Loader's batches are on its device: a GPU's where there is one
     n_id = data.n_id.numpy()
     np.testing.assert_array_equal(n_id[: data.batch_size], seeds)
     assert data.batch_size == seeds.size
@@ -220,7 +221,9 @@ def test_full_neighbour_batches_give_the_in_memory_models_outputs(data_dir, ds):
         with DiskgnnLoader(data_dir, fanouts=[-1, -1], batch_size=23, workdir=str(data_dir) + "-run",
                            memory_budget="2GiB", host_cache="16KiB", progress=False, log=None) as direct:
             batches = 0
+            model, want = model.to(direct.device), want.to(direct.device)  # its batches are on the training device
             for data in direct:
+                assert data.x.device.type == direct.device
                 got = model(data.x, data.edge_index)[: data.batch_size]
                 torch.testing.assert_close(got, want[data.n_id[: data.batch_size]], rtol=1e-4, atol=1e-5)
                 batches += 1
@@ -235,7 +238,7 @@ def test_to_pyg_matches_the_minibatch(data_dir, ds, tmp_path):
         for mb in mbs:
             data = mb.to_pyg()
             assert data.x is mb.x and data.batch_size == mb.labels.numel()
-            np.testing.assert_array_equal(data.y[: data.batch_size].numpy(), mb.labels.numpy())
+            np.testing.assert_array_equal(data.y[: data.batch_size].cpu().numpy(), mb.labels.cpu().numpy())
             np.testing.assert_array_equal(data.n_id.numpy(), mb.input_nodes)
             check_subgraph(ds, data, mb.seeds, [4, 3])
         assert {"stage_times_s", "tiers", "plan"} <= set(loader.summary())

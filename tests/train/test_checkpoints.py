@@ -19,7 +19,7 @@ from diskgnn.train.config import resolve
 from conftest import REPO
 
 ARGS = ["--fanouts", "4,3", "--batch-size", "2", "--hidden", "16", "--epochs", "2", "--lr", "0.02",
-        "--host-cache", "8KiB", "--no-progress", "--eval-max-batches", "2"]
+        "--host-cache", "8KiB", "--no-progress", "--eval-max-batches", "2", "--device", "cpu"]
 
 
 def test_the_file_is_checked_and_a_missing_one_is_none(tmp_path):

@@ -150,7 +150,7 @@ def train_data(tmp_path_factory):
 
 def config(data, workdir, **kw):
     base = dict(data=str(data), workdir=str(workdir), fanouts="4,3", batch_size=47, hidden=16, epochs=2,
-                lr=0.02, progress=False, memory_budget="2GiB", host_cache="0", seed=0)
+                lr=0.02, progress=False, memory_budget="2GiB", host_cache="0", seed=0, device="cpu")
     base.update(kw)
     return TrainConfig(**base)
 
