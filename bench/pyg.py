@@ -1,7 +1,7 @@
 """The PyG seam measured: accuracy through the adapters against plain PyG in memory, and speed out of core.
 
     python -m bench.pyg venv                  # a venv holding torch + torch_geometric only; prints its python
-    PY=$(python -m bench.pyg venv) && $PY -m bench.pyg accuracy [--datasets cora,...] [--seeds 0,1,2]
+    PY=$(python -m bench.pyg venv) && $PY -m bench.pyg accuracy [--datasets cora,...] [--seeds 0-9] [--resume]
     python -m bench.pyg speed [--data W1] [--cap 2GiB] [--batches 100]
 
 accuracy: PyG's GraphSAGE (torch_geometric.nn.models) trained by examples/pyg_graphsage.py through
@@ -10,7 +10,8 @@ the same adapters with every neighbour, --eval-fanouts, which gives the whole gr
 against the same model trained full-batch on the whole graph in RAM by plain PyG; bench.accuracy's
 datasets, splits, epochs and hyper-parameters; selection by validation accuracy either way. It refuses
 to run where pyg-lib, torch-sparse or torch-scatter can be imported (--allow-extras to override,
-recorded): the point is that torch_geometric alone suffices.
+recorded): the point is that torch_geometric alone suffices. The JSON is rewritten after every run;
+--resume keeps the runs it holds that were made with the same settings and runs only the seeds missing.
 
 speed: the example on W1 under a cgroup memory cap (bench.memcap; page cache dropped before each run),
 with NodeLoader and with DiskgnnLoader, beside PyG's own NeighborLoader over memory maps
@@ -130,11 +131,18 @@ def accuracy(args) -> dict:
     hp = dict(hidden=HPARAMS["hidden"], lr=HPARAMS["lr"], weight_decay=HPARAMS["weight_decay"],
               dropout=HPARAMS["dropout"])
     names = args.datasets.split(",") if not args.data else [Path(args.data).name]
-    runs = []
+    settings = {"machine": machine_info(REPO), "extras_present": extras, "python": sys.executable,
+                "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
+                "fanouts": FANOUTS, "eval_fanouts": args.eval_fanouts, "batch_size": BATCH_SIZE, "hparams": hp,
+                "bound_points": BOUND, "command": " ".join(["python -m bench.pyg accuracy", *sys.argv[2:]])}
+    runs = kept_runs(Path(args.out), settings) if args.resume else []
     for name in names:
         data = Path(args.data) if args.data else prepared(name, SHARED, RESULTS / "accuracy-work" / "data")
         epochs = args.epochs or dataset_spec(name).epochs
+        done = {r["seed"] for r in runs if r["dataset"] == name and r["epochs"] == epochs}
         for seed in args.seeds:
+            if seed in done:
+                continue
             t0 = time.perf_counter()
             adapters = ex.main([str(data), "--epochs", str(epochs), "--fanouts", FANOUTS, "--batch-size",
                                 str(BATCH_SIZE), "--hidden", str(hp["hidden"]), "--lr", str(hp["lr"]),
@@ -147,23 +155,37 @@ def accuracy(args) -> dict:
                                       "seconds": t1 - t0},
                          "in_memory": {**memory, "seconds": time.perf_counter() - t1}})
             print(json.dumps(runs[-1]), flush=True)
-    rows = []
-    for name in names:
-        mine = [r for r in runs if r["dataset"] == name]
-        a = np.array([r["adapters"]["test_acc"] for r in mine]) * 100
-        m = np.array([r["in_memory"]["test_acc"] for r in mine]) * 100
-        rows.append({"dataset": name, "adapters_mean": a.mean(), "adapters_std": a.std(), "memory_mean": m.mean(),
-                     "memory_std": m.std(), "delta": a.mean() - m.mean(), "within": bool(abs(a.mean() - m.mean())
-                                                                                      <= BOUND)})
-    result = {"machine": machine_info(REPO), "extras_present": extras, "python": sys.executable,
-              "versions": {"torch": torch.__version__, "torch_geometric": torch_geometric.__version__},
-              "fanouts": FANOUTS, "eval_fanouts": args.eval_fanouts, "batch_size": BATCH_SIZE, "hparams": hp,
-              "bound_points": BOUND, "runs": runs,
-              "rows": rows, "command": " ".join(["python -m bench.pyg accuracy", *sys.argv[2:]])}
+            write_json(Path(args.out), {**settings, "runs": runs, "rows": []})  # a stopped study keeps its runs
+    result = {**settings, "runs": runs, "rows": accuracy_rows(runs, names, args.seeds)}
     write_json(Path(args.out), result)
     if args.doc:
         write_section(Path(args.doc), accuracy_markdown(result), ACC_MARKERS)
     return result
+
+
+def kept_runs(out: Path, settings: dict) -> list[dict]:
+    """The runs in an earlier --out made with these settings (the machine and command aside)."""
+    if not out.exists():
+        return []
+    old = json.loads(out.read_text())
+    same = all(old.get(k) == settings[k] for k in settings if k not in ("machine", "command"))
+    return old["runs"] if same else []
+
+
+def accuracy_rows(runs: list[dict], names: list[str], seeds: list[int]) -> list[dict]:
+    """Per dataset over `seeds`: each side's mean and std, and the per-seed differences (adapters - in memory),
+    their mean and its standard error."""
+    rows = []
+    for name in names:
+        mine = sorted((r for r in runs if r["dataset"] == name and r["seed"] in seeds), key=lambda r: r["seed"])
+        a = np.array([r["adapters"]["test_acc"] for r in mine]) * 100
+        m = np.array([r["in_memory"]["test_acc"] for r in mine]) * 100
+        d = a - m
+        rows.append({"dataset": name, "seeds": [r["seed"] for r in mine], "adapters_mean": a.mean(),
+                     "adapters_std": a.std(), "memory_mean": m.mean(), "memory_std": m.std(), "delta": d.mean(),
+                     "delta_se": d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else None, "deltas": d.tolist(),
+                     "within": bool(abs(d.mean()) <= BOUND)})
+    return rows
 
 
 def accuracy_markdown(r: dict) -> str:
@@ -171,18 +193,19 @@ def accuracy_markdown(r: dict) -> str:
              f"{r['versions']['torch_geometric']}; " + ("none of pyg-lib, torch-sparse, torch-scatter installed"
                                                         if not r["extras_present"] else
                                                         f"{', '.join(r['extras_present'])} present") + f"), on "
-             f"{r['machine']['summary']}. Seeds {sorted({x['seed'] for x in r['runs']})}; evaluation through the "
-             f"adapters at fanouts {r['eval_fanouts']}"
+             f"{r['machine']['summary']}; evaluation through the adapters at fanouts {r['eval_fanouts']}"
              + (" (every neighbour: the whole graph's outputs, as in RAM)" if r["eval_fanouts"] == "-1,-1" else "")
-             + "; test accuracy in %, mean ± std, and the mean of the per-seed differences; the bound is 1 point.",
+             + ". Test accuracy in %, mean ± std over the seeds; the difference is the mean of the per-seed "
+             "differences ± its standard error; the bound is 1 point on that mean.",
              "",
-             "| dataset | epochs | PyG GraphSAGE through diskgnn.pyg (NodeLoader) | the same, full batch in RAM | "
-             "difference | within 1 point |", "|---|---|---|---|---|---|"]
+             "| dataset | epochs | seeds | PyG GraphSAGE through diskgnn.pyg (NodeLoader) | the same, full batch in RAM | "
+             "difference | within 1 point |", "|---|---|---|---|---|---|---|"]
     for row in r["rows"]:
         epochs = next(x["epochs"] for x in r["runs"] if x["dataset"] == row["dataset"])
-        lines.append(f"| {row['dataset']} | {epochs} | {row['adapters_mean']:.2f} ± {row['adapters_std']:.2f} | "
-                     f"{row['memory_mean']:.2f} ± {row['memory_std']:.2f} | {row['delta']:+.2f} | "
-                     f"{'yes' if row['within'] else '**no**'} |")
+        se = f" ± {row['delta_se']:.2f}" if row.get("delta_se") is not None else ""
+        lines.append(f"| {row['dataset']} | {epochs} | {len(row['seeds'])} | {row['adapters_mean']:.2f} ± "
+                     f"{row['adapters_std']:.2f} | {row['memory_mean']:.2f} ± {row['memory_std']:.2f} | "
+                     f"{row['delta']:+.2f}{se} | {'yes' if row['within'] else '**no**'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -273,6 +296,14 @@ def speed_markdown(r: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def seed_list(text: str) -> list[int]:
+    seeds = []
+    for part in text.split(","):
+        first, _, last = part.partition("-")
+        seeds += range(int(first), int(last or first) + 1)
+    return seeds
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m bench.pyg", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="what", required=True)
@@ -280,7 +311,8 @@ def main(argv=None):
     a = sub.add_parser("accuracy")
     a.add_argument("--datasets", default=",".join(DATASETS))
     a.add_argument("--data", default=None, help="one prepared dataset directory instead (the smoke test's)")
-    a.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
+    a.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="e.g. 0,1,2 or 0-9")
+    a.add_argument("--resume", action="store_true", help="keep --out's runs made with the same settings")
     a.add_argument("--epochs", type=int, default=None, help="default: bench.accuracy's per dataset")
     a.add_argument("--eval-fanouts", default="-1,-1", help="the adapters' evaluation (default: every neighbour, "
                    "as the in-memory model's; 25,10 samples it as training does)")

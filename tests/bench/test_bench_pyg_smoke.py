@@ -30,7 +30,15 @@ def test_accuracy_study_smoke(train_data, tmp_path):
     for run in result["runs"]:
         assert 0.4 < run["adapters"]["test_acc"] <= 1 and 0.4 < run["in_memory"]["test_acc"] <= 1  # chance 0.25
     text = doc.read_text()
-    assert text.startswith("# kept\n") and "| ds | 3 |" in text
+    assert text.startswith("# kept\n") and "| ds | 3 | 2 |" in text
+    # --resume runs only the seed missing and keeps the two runs as they were
+    bench("accuracy", "--data", train_data, "--seeds", "0-2", "--epochs", "3", "--allow-extras", "--resume",
+          "--out", tmp_path / "a.json", "--doc", doc, home=tmp_path / "home")
+    resumed = json.loads((tmp_path / "a.json").read_text())
+    assert [r["seed"] for r in resumed["runs"]] == [0, 1, 2] and resumed["runs"][:2] == result["runs"]
+    (row,) = resumed["rows"]
+    assert row["seeds"] == [0, 1, 2] and row["delta"] == pytest.approx(sum(row["deltas"]) / 3)
+    assert "| ds | 3 | 3 |" in doc.read_text()
 
 
 def test_speed_table_smoke(train_data, tmp_path):
