@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 namespace diskgnn {
 namespace {
@@ -23,10 +25,31 @@ void check_indices(const int64_t* indptr, const int64_t* indices, int64_t num_ds
   }
 }
 
+inline float widen(float v) { return v; }
+inline float widen(bf16 v) {
+  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// Rounds to nearest, ties to even, as torch's float -> bfloat16 conversion does (NaN stays NaN).
+inline void narrow(float f, float* out) { *out = f; }
+inline void narrow(float f, bf16* out) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    out->bits = static_cast<uint16_t>((u >> 16) | 0x40u);
+    return;
+  }
+  out->bits = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 }  // namespace
 
-void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* src, int64_t num_src,
-             int64_t dim, float* out, int num_threads) {
+template <typename T>
+void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* src, int64_t num_src,
+             int64_t dim, const float* scale, T* out, int num_threads) {
   check_indices(indptr, indices, num_dst, num_src);
   const int parts = parts_for(indptr[num_dst] * dim, num_threads);
   parallel_parts(parts, [&](int p) {
@@ -35,32 +58,60 @@ void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, con
     const int64_t lo = std::lower_bound(indptr, indptr + num_dst, edges * p / parts) - indptr;
     const int64_t hi = std::lower_bound(indptr, indptr + num_dst, edges * (p + 1) / parts) - indptr;
     const int64_t end = p == parts - 1 ? num_dst : hi;
+    std::vector<float> acc(static_cast<size_t>(dim));
     for (int64_t i = lo; i < end; ++i) {
-      float* row = out + i * dim;
-      std::memset(row, 0, sizeof(float) * dim);
+      std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t e = indptr[i]; e < indptr[i + 1]; ++e) {
-        const float* s = src + indices[e] * dim;
-        for (int64_t c = 0; c < dim; ++c) row[c] += s[c];
+        const T* s = src + indices[e] * dim;
+        for (int64_t c = 0; c < dim; ++c) acc[c] += widen(s[c]);
+      }
+      const float k = scale ? scale[i] : 1.0f;
+      T* row = out + i * dim;
+      for (int64_t c = 0; c < dim; ++c) narrow(k * acc[c], row + c);
+    }
+  });
+}
+
+template <typename T>
+void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* grad_out,
+                       int64_t num_src, int64_t dim, const float* scale, T* grad_src, int num_threads) {
+  check_indices(indptr, indices, num_dst, num_src);
+  const int parts = column_parts(indptr[num_dst] * dim, dim, num_threads);
+  parallel_parts(parts, [&](int p) {
+    const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts, w = c1 - c0;
+    // float32 sums: in place for float rows, in a scratch of this part's columns for bf16 ones
+    std::vector<float> scratch(std::is_same_v<T, float> ? 0 : static_cast<size_t>(num_src * w));
+    auto target = [&](int64_t r) {
+      if constexpr (std::is_same_v<T, float>) {
+        return grad_src + r * dim + c0;
+      } else {
+        return scratch.data() + r * w;
+      }
+    };
+    for (int64_t r = 0; r < num_src; ++r) std::memset(target(r), 0, sizeof(float) * w);
+    for (int64_t i = 0; i < num_dst; ++i) {
+      const T* g = grad_out + i * dim + c0;
+      const float k = scale ? scale[i] : 1.0f;
+      for (int64_t e = indptr[i]; e < indptr[i + 1]; ++e) {
+        float* d = target(indices[e]);
+        for (int64_t c = 0; c < w; ++c) d[c] += k * widen(g[c]);
+      }
+    }
+    if constexpr (!std::is_same_v<T, float>) {
+      for (int64_t r = 0; r < num_src; ++r) {
+        for (int64_t c = 0; c < w; ++c) narrow(scratch[r * w + c], grad_src + r * dim + c0 + c);
       }
     }
   });
 }
 
-void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* grad_out,
-                       int64_t num_src, int64_t dim, float* grad_src, int num_threads) {
-  check_indices(indptr, indices, num_dst, num_src);
-  const int parts = column_parts(indptr[num_dst] * dim, dim, num_threads);
-  parallel_parts(parts, [&](int p) {
-    const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts;
-    for (int64_t r = 0; r < num_src; ++r) std::memset(grad_src + r * dim + c0, 0, sizeof(float) * (c1 - c0));
-    for (int64_t i = 0; i < num_dst; ++i) {
-      const float* g = grad_out + i * dim;
-      for (int64_t e = indptr[i]; e < indptr[i + 1]; ++e) {
-        float* d = grad_src + indices[e] * dim;
-        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
-      }
-    }
-  });
-}
+template void csc_sum<float>(const int64_t*, const int64_t*, int64_t, const float*, int64_t, int64_t, const float*,
+                             float*, int);
+template void csc_sum<bf16>(const int64_t*, const int64_t*, int64_t, const bf16*, int64_t, int64_t, const float*,
+                            bf16*, int);
+template void csc_sum_transpose<float>(const int64_t*, const int64_t*, int64_t, const float*, int64_t, int64_t,
+                                       const float*, float*, int);
+template void csc_sum_transpose<bf16>(const int64_t*, const int64_t*, int64_t, const bf16*, int64_t, int64_t,
+                                      const float*, bf16*, int);
 
 }  // namespace diskgnn

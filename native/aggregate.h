@@ -5,20 +5,33 @@
 // accumulation in the backward pass); these kernels read each source row in
 // place and write each output row once, split across threads so that no two
 // threads write the same element.
+//
+// Rows are float32 or bfloat16 (a layer under autocast): bf16 rows are summed in float32 and rounded once
+// on the way out, so a bf16 layer needs no float32 copy of its input, and its output feeds the next bf16
+// matrix product as it is. An optional per-destination scale folds a mean (SAGE's 1/degree) into the same
+// pass.
 #pragma once
 
 #include <cstdint>
 
 namespace diskgnn {
 
-/// @brief out[i] = sum of src[indices[e]] for e in [indptr[i], indptr[i+1]) (out is overwritten).
-/// Threads take disjoint ranges of destination rows.
-void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* src, int64_t num_src,
-             int64_t dim, float* out, int num_threads);
+/// @brief A bfloat16 value's bits (the top half of a float32's).
+struct bf16 {
+  uint16_t bits;
+};
 
-/// @brief The transpose, for the backward pass: grad_src[indices[e]] += grad_out[i] (grad_src is
-/// overwritten). Threads take disjoint column ranges, so scattered rows never collide.
-void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const float* grad_out,
-                       int64_t num_src, int64_t dim, float* grad_src, int num_threads);
+/// @brief out[i] = scale[i] * (sum of src[indices[e]] for e in [indptr[i], indptr[i+1])), accumulated in
+/// float32; scale may be null (1). out is overwritten. Threads take disjoint ranges of destination rows.
+/// T: float or bf16.
+template <typename T>
+void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* src, int64_t num_src,
+             int64_t dim, const float* scale, T* out, int num_threads);
+
+/// @brief The transpose, for the backward pass: grad_src[indices[e]] += scale[i] * grad_out[i], accumulated
+/// in float32 (grad_src is overwritten). Threads take disjoint column ranges, so scattered rows never collide.
+template <typename T>
+void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* grad_out,
+                       int64_t num_src, int64_t dim, const float* scale, T* grad_src, int num_threads);
 
 }  // namespace diskgnn

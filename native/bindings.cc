@@ -125,42 +125,72 @@ PYBIND11_MODULE(_native, m) {
 
   using rows_array = py::array_t<float, py::array::c_style>;
   using edge_array = py::array_t<int64_t, py::array::c_style>;
-  auto check_block = [](const edge_array& indptr, const edge_array& indices, const rows_array& in,
-                        const rows_array& out, int64_t in_rows, int64_t out_rows) {
-    if (in.ndim() != 2 || out.ndim() != 2 || in.shape(1) != out.shape(1)) {
-      throw std::invalid_argument("rows must be 2-d float32 arrays of the same width");
+  // float32 rows, or bfloat16 rows as their int16 bits (numpy has no bfloat16); scale: None or one float32 per
+  // destination row. One entry per direction, dispatching on the rows' type.
+  auto sum_rows = [](const edge_array& indptr, const edge_array& indices, const py::array& in,
+                                py::array& out, const py::object& scale, int64_t in_rows, int64_t out_rows,
+                                auto kernel) {
+    const bool bf16 = in.dtype().is(py::dtype::of<int16_t>());
+    if (!(bf16 || in.dtype().is(py::dtype::of<float>())) || !out.dtype().is(in.dtype())) {
+      throw std::invalid_argument("rows must be float32, or bfloat16 as int16 bits, in and out alike");
     }
-    if (indptr.size() < 1 || indices.size() < indptr.data()[indptr.size() - 1] || in.shape(0) != in_rows ||
+    if (!(in.flags() & py::array::c_style) || !(out.flags() & py::array::c_style) || !out.writeable()) {
+      throw std::invalid_argument("rows must be C-contiguous and the output writable");
+    }
+    if (in.ndim() != 2 || out.ndim() != 2 || in.shape(1) != out.shape(1)) {
+      throw std::invalid_argument("rows must be 2-d arrays of the same width");
+    }
+    const int64_t num_dst = indptr.size() - 1;
+    if (indptr.size() < 1 || indices.size() < indptr.data()[num_dst] || in.shape(0) != in_rows ||
         out.shape(0) != out_rows) {
       throw std::invalid_argument("indptr, indices and row counts do not match");
+    }
+    const float* k = nullptr;
+    py::array_t<float, py::array::c_style | py::array::forcecast> scales;
+    if (!scale.is_none()) {
+      scales = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(scale);
+      if (!scales || scales.ndim() != 1 || scales.shape(0) != num_dst) {
+        throw std::invalid_argument("scale must hold one float32 per destination row");
+      }
+      k = scales.data();
+    }
+    void* o = out.mutable_data();
+    const void* i = in.data();
+    const int64_t dim = in.shape(1);
+    py::gil_scoped_release release;
+    if (bf16) {
+      kernel(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), num_dst, dim, k);
+    } else {
+      kernel(static_cast<const float*>(i), static_cast<float*>(o), num_dst, dim, k);
     }
   };
   m.def(
       "csc_sum",
-      [check_block](const edge_array& indptr, const edge_array& indices, const rows_array& src, rows_array& out,
-                    int num_threads) {
-        const int64_t num_dst = indptr.size() - 1;
-        check_block(indptr, indices, src, out, src.shape(0), num_dst);
-        float* o = out.mutable_data();
-        py::gil_scoped_release release;
-        diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, src.data(), src.shape(0), src.shape(1), o,
-                         num_threads);
+      [sum_rows](const edge_array& indptr, const edge_array& indices, const py::array& src, py::array& out,
+                 int num_threads, const py::object& scale) {
+        const int64_t num_src = src.ndim() == 2 ? src.shape(0) : 0;
+        sum_rows(indptr, indices, src, out, scale, num_src, indptr.size() - 1,
+                 [&](auto in, auto o, int64_t num_dst, int64_t dim, const float* k) {
+                   diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, in, num_src, dim, k, o, num_threads);
+                 });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
-      "out[i] = sum of src[indices[indptr[i]:indptr[i+1]]] (float32 rows, int64 CSC).");
+      py::arg("scale") = py::none(),
+      "out[i] = scale[i] * sum of src[indices[indptr[i]:indptr[i+1]]] (float32 or bf16-bit rows, int64 CSC).");
   m.def(
       "csc_sum_transpose",
-      [check_block](const edge_array& indptr, const edge_array& indices, const rows_array& grad_out,
-                    rows_array& grad_src, int num_threads) {
-        const int64_t num_dst = indptr.size() - 1;
-        check_block(indptr, indices, grad_src, grad_out, grad_src.shape(0), num_dst);
-        float* g = grad_src.mutable_data();
-        py::gil_scoped_release release;
-        diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, grad_out.data(), grad_src.shape(0),
-                                   grad_src.shape(1), g, num_threads);
+      [sum_rows](const edge_array& indptr, const edge_array& indices, const py::array& grad_out, py::array& grad_src,
+                 int num_threads, const py::object& scale) {
+        const int64_t num_src = grad_src.ndim() == 2 ? grad_src.shape(0) : 0;
+        sum_rows(indptr, indices, grad_out, grad_src, scale, indptr.size() - 1, num_src,
+                 [&](auto g, auto o, int64_t num_dst, int64_t dim, const float* k) {
+                   diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, g, num_src, dim, k, o,
+                                              num_threads);
+                 });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
-      py::arg("num_threads"), "grad_src[j] = sum of grad_out[i] over the edges (j -> i): csc_sum's transpose.");
+      py::arg("num_threads"), py::arg("scale") = py::none(),
+      "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
 
   py::class_<diskgnn::Hag>(m, "Hag", "A block's HAG: aggregation nodes by level and the rewritten lists.")
       .def_property_readonly("inputs", [](const diskgnn::Hag& h) { return py::array_t<int64_t>(h.inputs.size(), h.inputs.data()); })

@@ -3,8 +3,11 @@
 Plain `index_add_` over `h[indices]` makes an (edges x width) temporary in
 forward and another in backward; the native kernels (native/aggregate.h)
 walk the CSC directly, threads over edge-balanced ranges of destinations.
+They take float32 rows or bfloat16 ones (a layer under autocast: summed in
+float32, returned in bfloat16, with no float32 copy of the layer's input),
+and fold an optional per-destination scale (a mean's 1/degree) into the pass.
 A block with a HAG (loading/hag.py) sums through its aggregation nodes
-instead (native/hag.h), threads over column ranges.
+instead (native/hag.h, float32), threads over column ranges.
 """
 
 from __future__ import annotations
@@ -14,18 +17,25 @@ import torch
 from .. import defaults
 
 
+def _rows(t: torch.Tensor):
+    """A CPU tensor's rows as numpy sees them: bfloat16 as its int16 bits (numpy has no bfloat16)."""
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
+
+
 class NeighbourSum(torch.autograd.Function):
-    """out[i] = sum of h[indices[indptr[i]:indptr[i+1]]] for float32 CPU rows; grad by the transpose."""
+    """out[i] = scale[i] * sum of h[indices[indptr[i]:indptr[i+1]]] for float32 or bfloat16 CPU rows (out in
+    h's dtype; scale None: 1); grad by the transpose."""
 
     @staticmethod
-    def forward(ctx, h, block):
+    def forward(ctx, h, block, scale=None):
         from .. import _native
 
         h = h.detach().contiguous()
-        out = torch.empty((block.num_dst, h.shape[1]), dtype=torch.float32)
-        _native.csc_sum(block.indptr.numpy(), block.indices.numpy(), h.numpy(), out.numpy(),
-                        defaults.aggregate_threads())
-        ctx.block, ctx.num_src = block, h.shape[0]
+        out = torch.empty((block.num_dst, h.shape[1]), dtype=h.dtype)
+        scale_rows = None if scale is None else scale.numpy()
+        _native.csc_sum(block.indptr.numpy(), block.indices.numpy(), _rows(h), _rows(out),
+                        defaults.aggregate_threads(), scale_rows)
+        ctx.block, ctx.num_src, ctx.scale = block, h.shape[0], scale_rows
         return out
 
     @staticmethod
@@ -33,11 +43,12 @@ class NeighbourSum(torch.autograd.Function):
         from .. import _native
 
         if not ctx.needs_input_grad[0]:
-            return None, None
-        grad = torch.empty((ctx.num_src, grad_out.shape[1]), dtype=torch.float32)
-        _native.csc_sum_transpose(ctx.block.indptr.numpy(), ctx.block.indices.numpy(),
-                                  grad_out.contiguous().numpy(), grad.numpy(), defaults.aggregate_threads())
-        return grad, None
+            return None, None, None
+        grad_out = grad_out.contiguous()
+        grad = torch.empty((ctx.num_src, grad_out.shape[1]), dtype=grad_out.dtype)
+        _native.csc_sum_transpose(ctx.block.indptr.numpy(), ctx.block.indices.numpy(), _rows(grad_out), _rows(grad),
+                                  defaults.aggregate_threads(), ctx.scale)
+        return grad, None, None
 
 
 class HagSum(torch.autograd.Function):

@@ -25,7 +25,8 @@ class TensorBlock:
     indptr: torch.Tensor  # int64[num_dst + 1]
     indices: torch.Tensor  # int64[E], source local ids
     dst: torch.Tensor  # int64[E], destination of each edge (indptr expanded)
-    deg: torch.Tensor  # float32[num_dst, 1], in-degree (0 kept: aggregation divides by max(deg, 1))
+    deg: torch.Tensor  # float32[num_dst, 1], in-degree
+    inv_deg: torch.Tensor  # float32[num_dst], 1 / max(deg, 1): a mean's scale (0 neighbours: a zero mean)
     hag: object = None  # its HAG (loading/hag.py), summed through on the CPU where it pays
 
     @classmethod
@@ -33,12 +34,14 @@ class TensorBlock:
         indptr = np.asarray(indptr, dtype=np.int64)
         counts = np.diff(indptr)
         dst = np.repeat(np.arange(num_dst, dtype=np.int64), counts)
+        deg = counts.astype(np.float32)
         return cls(num_dst, num_src, torch.from_numpy(indptr), torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-                   torch.from_numpy(dst), torch.from_numpy(counts.astype(np.float32)).unsqueeze(1))
+                   torch.from_numpy(dst), torch.from_numpy(deg).unsqueeze(1),
+                   torch.from_numpy(1 / np.maximum(deg, np.float32(1))))
 
     def _map(self, fn) -> "TensorBlock":
         return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst), fn(self.deg),
-                           self.hag)
+                           fn(self.inv_deg), self.hag)
 
     def to(self, device, non_blocking: bool = False) -> "TensorBlock":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
@@ -47,14 +50,26 @@ class TensorBlock:
         return self._map(lambda t: t.pin_memory())
 
     def sum_neighbours(self, h: torch.Tensor) -> torch.Tensor:
-        """Row i: the sum of h over dst i's sources (native kernels on the CPU). bf16 rows (a layer under
-        autocast) are summed in float32, as autocast reduces, on any device."""
-        if h.dtype == torch.bfloat16:
-            h = h.float()
-        if h.device.type == "cpu" and h.dim() == 2 and h.dtype == torch.float32:
-            return (NeighbourSum if self.hag is None else HagSum).apply(h, self)
-        out = h.new_zeros((self.num_dst,) + tuple(h.shape[1:]))
-        return out.index_add_(0, self.dst, h[self.indices])
+        """Row i: the sum of h over dst i's sources (native kernels on the CPU), in h's dtype. bf16 rows (a
+        layer under autocast) are summed in float32, as autocast reduces, on any device."""
+        return self._aggregate(h, None)
+
+    def mean_neighbours(self, h: torch.Tensor) -> torch.Tensor:
+        """Row i: the mean of h over dst i's sources (0 where it has none), in h's dtype."""
+        return self._aggregate(h, self.inv_deg)
+
+    def _aggregate(self, h: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+        if h.device.type == "cpu" and h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16):
+            if self.hag is None:
+                return NeighbourSum.apply(h, self, scale)
+            out = HagSum.apply(h.float(), self)  # HAG's kernels are float32's
+            return (out if scale is None else out * scale.unsqueeze(1)).to(h.dtype)
+        wide = torch.float32 if h.dtype in (torch.bfloat16, torch.float16) else h.dtype
+        total = torch.zeros((self.num_dst,) + tuple(h.shape[1:]), dtype=wide, device=h.device)
+        total.index_add_(0, self.dst, h[self.indices].to(wide))
+        if scale is not None:
+            total *= scale.view((-1,) + (1,) * (h.dim() - 1))
+        return total.to(h.dtype)
 
 
 def sampled_blocks(batch) -> list[TensorBlock]:

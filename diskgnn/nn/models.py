@@ -61,7 +61,7 @@ class SAGELayer(nn.Module):
     def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
         # Aggregate before transforming: the neighbour sum runs on d_in columns
         # and the linear map on num_dst rows only.
-        mean = block.sum_neighbours(h) / block.deg.clamp(min=1)
+        mean = block.mean_neighbours(h)
         return self.self_lin(h[: block.num_dst]) + self.neigh_lin(mean)
 
 

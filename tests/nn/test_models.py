@@ -43,6 +43,43 @@ def test_native_neighbour_sum_equals_index_add(case, dim):
     torch.testing.assert_close(h.grad, h2.grad, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("case", list(block_cases()), ids=lambda c: c[0])
+@pytest.mark.parametrize("dim", [1, 33, 256])
+@pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
+def test_native_bf16_sums_equal_float64_sums_rounded_once(case, dim, mean):
+    """bf16 rows in, bf16 rows out, float32 inside: within one bf16 rounding (2^-8 relative) of the float64
+    oracle, forward and backward, the mean's 1/degree folded in."""
+    _, indptr, indices, nd, ns = case
+    block = TensorBlock.from_csc(indptr, indices, nd, ns)
+    h = torch.randn(ns, dim).bfloat16().requires_grad_(True)
+    got = block.mean_neighbours(h) if mean else block.sum_neighbours(h)
+    assert got.dtype == torch.bfloat16
+    scale = (1 / block.deg.clamp(min=1)).double() if mean else torch.ones(nd, 1, dtype=torch.float64)
+    want = torch.zeros(nd, dim, dtype=torch.float64).index_add_(0, block.dst, h.detach().double()[block.indices])
+    want *= scale
+    torch.testing.assert_close(got.double(), want, rtol=2 ** -8, atol=1e-5)
+    g = torch.randn(nd, dim).bfloat16()
+    got.backward(g)
+    want_grad = torch.zeros(ns, dim, dtype=torch.float64).index_add_(0, block.indices, (g.double() * scale)[block.dst])
+    assert h.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(h.grad.double(), want_grad, rtol=2 ** -8, atol=1e-5)
+
+
+def test_native_mean_equals_sum_over_degree():
+    _, indptr, indices, nd, ns = list(block_cases())[2]
+    block = TensorBlock.from_csc(indptr, indices, nd, ns)
+    h = torch.randn(ns, 40, requires_grad=True)
+    got = block.mean_neighbours(h)
+    h2 = h.detach().clone().requires_grad_(True)
+    want = torch.zeros(nd, 40).index_add_(0, block.dst, h2[block.indices]) / block.deg.clamp(min=1)
+    torch.testing.assert_close(got, want)
+    assert (got[torch.from_numpy(np.diff(indptr) == 0)] == 0).all()  # no neighbours: a zero mean
+    g = torch.randn(nd, 40)
+    (got * g).sum().backward()
+    (want * g).sum().backward()
+    torch.testing.assert_close(h.grad, h2.grad)
+
+
 def test_native_neighbour_sum_rejects_bad_ids():
     block = TensorBlock.from_csc(np.array([0, 2]), np.array([0, 5]), 1, 3)
     with pytest.raises(ValueError, match="out of range"):

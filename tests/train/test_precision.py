@@ -27,17 +27,17 @@ def test_auto_takes_bf16_only_where_the_cpu_computes_it(monkeypatch):
     assert resolve_precision(TrainConfig(precision="fp32"), "cpu") == "fp32"
 
 
-def test_bf16_rows_are_summed_in_float32():
-    block = TensorBlock.from_csc(np.array([0, 3, 3, 5]), np.array([0, 1, 2, 2, 2]), 3, 3)
-    h = torch.randn(3, 17).bfloat16()
-    out = block.sum_neighbours(h)
-    expected = torch.zeros(3, 17).index_add_(0, block.dst, h.float()[block.indices])
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, expected)
-    rows = torch.randn(3, 2, 5).bfloat16()  # not 2-d: torch's path, which CUDA takes too, also sums in float32
+def test_bf16_rows_are_summed_in_float32_and_rounded_once():
+    """2^-8 + 2^-8 + ... summed in bf16 would stay at 1 (each add rounds back); in float32 they add up."""
+    block = TensorBlock.from_csc(np.array([0, 65]), np.arange(65), 1, 65)
+    h = torch.full((65, 3), 2.0 ** -8, dtype=torch.bfloat16)
+    h[0] = 1.0
+    want = torch.tensor([[1.25] * 3], dtype=torch.bfloat16)
+    out = block.sum_neighbours(h)  # the native kernel
+    assert out.dtype == torch.bfloat16 and torch.equal(out, want)
+    rows = h.unsqueeze(1)  # not 2-d: torch's path, which CUDA takes too, also sums in float32
     out = block.sum_neighbours(rows)
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, torch.zeros(3, 2, 5).index_add_(0, block.dst, rows.float()[block.indices]))
+    assert out.dtype == torch.bfloat16 and torch.equal(out.squeeze(1), want)
 
 
 def test_dropout_keeps_the_activations_dtype():
