@@ -677,7 +677,7 @@ def precision_markdown(result: dict) -> str:
 `{result['command']}`; {len(result['runs'])} runs in {result['wall_s'] / 60:.1f} min; GraphSAGE offline, hidden
 {hp['hidden']}, fanouts {hp['fanouts']}, batch {hp['batch_size']}, lr {hp['lr']}, dropout {hp['dropout']}, seeds
 {", ".join(map(str, result['seeds']))}. bf16: `--precision bf16`, the layers under autocast in bfloat16, weights,
-optimizer state, loss and neighbour sums in fp32. Test accuracy (%) mean ± std over the seeds; in brackets the
+optimizer state and loss in fp32, neighbour sums accumulated in fp32. Test accuracy (%) mean ± std over the seeds; in brackets the
 change against fp32 in points, mean ± its standard error, paired by seed (same initial weights, batches and
 dropout masks).
 

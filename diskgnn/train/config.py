@@ -51,8 +51,8 @@ class TrainConfig:
     seed: int = field(default=0, metadata={"help": "seed for sampling, initialisation and dropout"})
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda", "choices": DEVICES})
     precision: str = field(default="fp32", metadata={
-        "help": "bf16: the layers under autocast in bfloat16 (weights, optimizer, loss and neighbour sums in "
-                "fp32); auto: bf16 where the device computes it natively (AVX-512 BF16, AMX, CUDA), else fp32",
+        "help": "bf16: the layers under autocast in bfloat16 (weights, optimizer and loss in fp32, neighbour "
+                "sums accumulated in fp32); auto: bf16 where the device computes it natively (AVX-512 BF16, AMX, CUDA), else fp32",
         "choices": PRECISIONS})
     memory_budget: str = field(default=defaults.MEMORY_BUDGET, metadata={"help": "all host memory the run may use"})
     host_cache: str = field(default="auto", metadata={

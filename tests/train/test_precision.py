@@ -1,4 +1,4 @@
-"""--precision bf16: the layers under autocast, weights, optimizer, loss and neighbour sums in float32; checked
+"""--precision bf16: the layers under autocast; weights, optimizer and loss in float32, neighbour sums accumulated in it; checked
 against the same step in float32 and against training in float32."""
 
 from __future__ import annotations
