@@ -19,6 +19,7 @@ from setuptools import setup
 NATIVE_SOURCES = [
     "native/aggregate.cc",
     "native/bindings.cc",
+    "native/dropout.cc",
     "native/hag.cc",
     "native/packer.cc",
     "native/pread_engine.cc",

@@ -25,26 +25,6 @@ void check_indices(const int64_t* indptr, const int64_t* indices, int64_t num_ds
   }
 }
 
-inline float widen(float v) { return v; }
-inline float widen(bf16 v) {
-  const uint32_t u = static_cast<uint32_t>(v.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// Rounds to nearest, ties to even, as torch's float -> bfloat16 conversion does (NaN stays NaN).
-inline void narrow(float f, float* out) { *out = f; }
-inline void narrow(float f, bf16* out) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    out->bits = static_cast<uint16_t>((u >> 16) | 0x40u);
-    return;
-  }
-  out->bits = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 }  // namespace
 
 template <typename T>

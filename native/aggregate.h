@@ -14,12 +14,9 @@
 
 #include <cstdint>
 
-namespace diskgnn {
+#include "bf16.h"
 
-/// @brief A bfloat16 value's bits (the top half of a float32's).
-struct bf16 {
-  uint16_t bits;
-};
+namespace diskgnn {
 
 /// @brief out[i] = scale[i] * (sum of src[indices[e]] for e in [indptr[i], indptr[i+1])), accumulated in
 /// float32; scale may be null (1). out is overwritten. Threads take disjoint ranges of destination rows.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aggregate.h"
+#include "dropout.h"
 #include "hag.h"
 #include "packer.h"
 #include "reader.h"
@@ -191,6 +192,35 @@ PYBIND11_MODULE(_native, m) {
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
       py::arg("num_threads"), py::arg("scale") = py::none(),
       "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
+
+  m.def(
+      "dropout",
+      [](const py::array& in, py::array& out, double p, uint64_t key, uint64_t offset, int num_threads) {
+        const bool bf16 = in.dtype().is(py::dtype::of<int16_t>());
+        if (!(bf16 || in.dtype().is(py::dtype::of<float>())) || !out.dtype().is(in.dtype()) ||
+            in.size() != out.size() || !(in.flags() & py::array::c_style) || !(out.flags() & py::array::c_style) ||
+            !out.writeable()) {
+          throw std::invalid_argument("dropout: in and out must be C-contiguous float32 (or bf16 as int16) arrays "
+                                      "of one size, out writable");
+        }
+        if (!(p >= 0.0 && p < 1.0)) throw std::invalid_argument("dropout: p must be in [0, 1)");
+        const uint64_t threshold = static_cast<uint64_t>(p * 4294967296.0 + 0.5);
+        const float scale = static_cast<float>(1.0 / (1.0 - p));
+        const void* i = in.data();
+        void* o = out.mutable_data();
+        const int64_t n = in.size();
+        py::gil_scoped_release release;
+        if (bf16) {
+          diskgnn::dropout(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), n, threshold, scale,
+                           key, offset, num_threads);
+        } else {
+          diskgnn::dropout(static_cast<const float*>(i), static_cast<float*>(o), n, threshold, scale, key, offset,
+                           num_threads);
+        }
+      },
+      py::arg("in"), py::arg("out").noconvert(), py::arg("p"), py::arg("key"), py::arg("offset"),
+      py::arg("num_threads"),
+      "out = in / (1 - p) where the draw of (key, offset + i) keeps element i, else 0 (float32 or bf16 bits).");
 
   py::class_<diskgnn::Hag>(m, "Hag", "A block's HAG: aggregation nodes by level and the rewritten lists.")
       .def_property_readonly("inputs", [](const diskgnn::Hag& h) { return py::array_t<int64_t>(h.inputs.size(), h.inputs.data()); })

@@ -20,36 +20,14 @@ CS about 0.3 points against full neighbours (docs/accuracy.md).
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..loading.blocks import TensorBlock
+from .dropout import Dropout
 
 MODELS = ("sage", "gcn", "gat")
-
-
-class Dropout(nn.Module):
-    """Dropout whose CPU masks come from numpy's PCG64: torch's CPU bernoulli_ costs ~15 ns per
-    element here, a third of a training step; PCG64 is ten times faster. Seeded by `reseed`."""
-
-    def __init__(self, p: float):
-        super().__init__()
-        self.p = p
-        self.rng = np.random.Generator(np.random.PCG64(0))
-
-    def reseed(self, seed) -> None:
-        self.rng = np.random.Generator(np.random.PCG64(seed))
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return h
-        if h.device.type != "cpu":
-            return F.dropout(h, self.p, True)
-        keep = self.rng.random(tuple(h.shape), dtype=np.float32) >= self.p
-        # in h's dtype: a float32 mask would promote bf16 activations back to float32
-        return h * torch.from_numpy(keep.astype(np.float32) * np.float32(1 / (1 - self.p))).to(h.dtype)
 
 
 class SAGELayer(nn.Module):
@@ -181,11 +159,11 @@ class GNN(nn.Module):
     @property
     def dropout_state(self) -> dict:
         """Where dropout's random stream stands (a mid-epoch checkpoint keeps it, to resume the same masks)."""
-        return self.dropout.rng.bit_generator.state
+        return self.dropout.state
 
     @dropout_state.setter
     def dropout_state(self, state: dict) -> None:
-        self.dropout.rng.bit_generator.state = state
+        self.dropout.state = state
 
     def layer(self, i: int, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
         """Layer i alone (layer-wise inference runs the layers one at a time over all nodes)."""

@@ -1,0 +1,66 @@
+"""The native CPU dropout against a numpy oracle of its draws: masks, scale, backward, bf16, resumed streams."""
+
+import numpy as np
+import pytest
+import torch
+
+from diskgnn.errors import DiskgnnError
+from diskgnn.nn.dropout import Dropout, native_dropout
+
+
+
+def draws(key: int, offset: int, n: int) -> np.ndarray:
+    """splitmix64's finaliser of key + index * golden, high 32 bits: the kernel's draw, in plain numpy."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(key) + (np.uint64(offset) + np.arange(n, dtype=np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return ((z ^ (z >> np.uint64(31))) >> np.uint64(32)).astype(np.uint32)
+
+
+def oracle(h: torch.Tensor, p: float, key: int, offset: int) -> torch.Tensor:
+    keep = draws(key, offset, h.numel()) >= np.uint64(round(p * 2 ** 32))
+    return torch.where(torch.from_numpy(keep).view(h.shape), h.float() * np.float32(1 / (1 - p)), 0.0).to(h.dtype)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (1, 1), (199, 33), (3, 4097)], ids=["empty", "one", "199x33", "3x4097"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.1, 0.5])
+def test_native_dropout_equals_the_oracle_forward_and_backward(shape, dtype, p):
+    key, offset = 0xDEADBEEF12345678, 12345
+    h = torch.randn(shape).to(dtype).requires_grad_(True)
+    d = Dropout(p)
+    d.key, d.counter = key, offset
+    out = d(h)
+    assert out.dtype == dtype and torch.equal(out, oracle(h.detach(), p, key, offset))
+    assert d.counter == offset + h.numel()
+    g = torch.randn(shape).to(dtype)
+    out.backward(g)
+    assert torch.equal(h.grad, oracle(g, p, key, offset))  # the same mask and scale
+
+
+def test_dropout_is_seeded_scaled_resumable_and_off_in_eval():
+    d = Dropout(0.25)
+    h = torch.ones(300, 200)
+    d.reseed(7)
+    a, b = d(h), d(h)
+    assert not torch.equal(a, b)  # the stream moves on
+    kept = (a != 0).float().mean().item()
+    assert 0.74 < kept < 0.76 and torch.allclose(a[a != 0], torch.tensor(1 / 0.75))
+    d.reseed(7)
+    assert torch.equal(a, d(h))
+    state = d.state
+    again = Dropout(0.25)
+    again.state = state  # a mid-epoch checkpoint's stream: the next mask is b
+    assert torch.equal(again(h), b)
+    with pytest.raises(DiskgnnError, match="older diskgnn"):
+        again.state = np.random.PCG64(0).state
+    d.eval()
+    assert d(h) is h
+
+
+def test_native_dropout_refuses_bad_arguments():
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        native_dropout(torch.ones(3), 1.0, 0, 0)
+    with pytest.raises(ValueError, match="float32"):
+        native_dropout(torch.ones(3, dtype=torch.float64), 0.5, 0, 0)
