@@ -193,16 +193,24 @@ PYBIND11_MODULE(_native, m) {
       py::arg("num_threads"), py::arg("scale") = py::none(),
       "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
 
+  // Elementwise kernels' arrays: C-contiguous float32, or bfloat16 as int16 bits, all of one type and size.
+  auto elementwise = [](std::initializer_list<const py::array*> arrays, const char* what) {
+    const py::array& first = **arrays.begin();
+    const bool bf16 = first.dtype().is(py::dtype::of<int16_t>());
+    for (const py::array* a : arrays) {
+      if (!(bf16 || first.dtype().is(py::dtype::of<float>())) || !a->dtype().is(first.dtype()) ||
+          a->size() != first.size() || !(a->flags() & py::array::c_style)) {
+        throw std::invalid_argument(std::string(what) + ": arrays must be C-contiguous float32 (or bf16 as int16) "
+                                    "of one size");
+      }
+    }
+    return bf16;
+  };
   m.def(
       "dropout",
-      [](const py::array& in, py::array& out, double p, uint64_t key, uint64_t offset, int num_threads) {
-        const bool bf16 = in.dtype().is(py::dtype::of<int16_t>());
-        if (!(bf16 || in.dtype().is(py::dtype::of<float>())) || !out.dtype().is(in.dtype()) ||
-            in.size() != out.size() || !(in.flags() & py::array::c_style) || !(out.flags() & py::array::c_style) ||
-            !out.writeable()) {
-          throw std::invalid_argument("dropout: in and out must be C-contiguous float32 (or bf16 as int16) arrays "
-                                      "of one size, out writable");
-        }
+      [elementwise](const py::array& in, py::array& out, double p, uint64_t key, uint64_t offset, bool relu,
+                    int num_threads) {
+        const bool bf16 = elementwise({&in, &out}, "dropout");
         if (!(p >= 0.0 && p < 1.0)) throw std::invalid_argument("dropout: p must be in [0, 1)");
         const uint64_t threshold = static_cast<uint64_t>(p * 4294967296.0 + 0.5);
         const float scale = static_cast<float>(1.0 / (1.0 - p));
@@ -212,15 +220,35 @@ PYBIND11_MODULE(_native, m) {
         py::gil_scoped_release release;
         if (bf16) {
           diskgnn::dropout(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), n, threshold, scale,
-                           key, offset, num_threads);
+                           key, offset, relu, num_threads);
         } else {
           diskgnn::dropout(static_cast<const float*>(i), static_cast<float*>(o), n, threshold, scale, key, offset,
-                           num_threads);
+                           relu, num_threads);
         }
       },
-      py::arg("in"), py::arg("out").noconvert(), py::arg("p"), py::arg("key"), py::arg("offset"),
+      py::arg("in"), py::arg("out").noconvert(), py::arg("p"), py::arg("key"), py::arg("offset"), py::arg("relu"),
       py::arg("num_threads"),
-      "out = in / (1 - p) where the draw of (key, offset + i) keeps element i, else 0 (float32 or bf16 bits).");
+      "out = in / (1 - p) where the draw of (key, offset + i) keeps element i (and, with relu, in > 0), else 0.");
+  m.def(
+      "relu_dropout_backward",
+      [elementwise](const py::array& grad, const py::array& out, py::array& grad_in, double p, int num_threads) {
+        const bool bf16 = elementwise({&grad, &out, &grad_in}, "relu_dropout_backward");
+        const float scale = static_cast<float>(1.0 / (1.0 - p));
+        const void* g = grad.data();
+        const void* o = out.data();
+        void* gi = grad_in.mutable_data();
+        const int64_t n = grad.size();
+        py::gil_scoped_release release;
+        if (bf16) {
+          diskgnn::relu_dropout_backward(static_cast<const diskgnn::bf16*>(g), static_cast<const diskgnn::bf16*>(o),
+                                         static_cast<diskgnn::bf16*>(gi), n, scale, num_threads);
+        } else {
+          diskgnn::relu_dropout_backward(static_cast<const float*>(g), static_cast<const float*>(o),
+                                         static_cast<float*>(gi), n, scale, num_threads);
+        }
+      },
+      py::arg("grad"), py::arg("out"), py::arg("grad_in").noconvert(), py::arg("p"), py::arg("num_threads"),
+      "grad_in = grad / (1 - p) where out > 0, else 0: ReLU-then-dropout's backward.");
 
   py::class_<diskgnn::Hag>(m, "Hag", "A block's HAG: aggregation nodes by level and the rewritten lists.")
       .def_property_readonly("inputs", [](const diskgnn::Hag& h) { return py::array_t<int64_t>(h.inputs.size(), h.inputs.data()); })

@@ -21,10 +21,16 @@ inline uint32_t dropout_draw(uint64_t key, uint64_t index) {
   return static_cast<uint32_t>((z ^ (z >> 31)) >> 32);
 }
 
-/// @brief out[i] = in[i] / (1 - p) where dropout_draw(key, offset + i) >= threshold, else 0; threshold is
-/// p * 2^32 rounded (the caller's). T: float or bf16 (scaled in float32, rounded once). in may be out.
+/// @brief out[i] = in[i] * scale where dropout_draw(key, offset + i) >= threshold, else 0; threshold is
+/// p * 2^32 rounded and scale 1 / (1 - p) (the caller's). With relu, negative inputs give 0 too (ReLU then
+/// dropout in one pass). T: float or bf16 (scaled in float32, rounded once). in may be out.
 template <typename T>
 void dropout(const T* in, T* out, int64_t n, uint64_t threshold, float scale, uint64_t key, uint64_t offset,
-             int num_threads);
+             bool relu, int num_threads);
+
+/// @brief ReLU-then-dropout's backward from its output: grad_in[i] = grad[i] * scale where out[i] > 0, else 0
+/// (an element passed both exactly where its output is positive).
+template <typename T>
+void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, float scale, int num_threads);
 
 }  // namespace diskgnn

@@ -3,7 +3,8 @@
 torch's CPU `bernoulli_` costs ~15 ns an element here, a third of a train step; a numpy mask took four
 passes (draw, compare, scale, cast). The native kernel (native/dropout.h) keeps element i where a
 counter-based hash of (key, position) clears p, so backward recomputes the same mask from two integers,
-bf16 activations stay bf16, and a checkpoint keeps the stream as (key, counter). Other devices use torch's.
+bf16 activations stay bf16, and a checkpoint keeps the stream as (key, counter). The ReLU before it runs
+in the same pass (`relu=True`), its backward from the output alone. Other devices use torch's.
 """
 
 from __future__ import annotations
@@ -21,13 +22,14 @@ def _flat(t: torch.Tensor):
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).reshape(-1).numpy()
 
 
-def native_dropout(h: torch.Tensor, p: float, key: int, offset: int) -> torch.Tensor:
-    """h with element i zeroed where the draw of (key, offset + i) falls below p, the rest scaled by 1/(1-p)."""
+def native_dropout(h: torch.Tensor, p: float, key: int, offset: int, relu: bool = False) -> torch.Tensor:
+    """h with element i zeroed where the draw of (key, offset + i) falls below p (and, with relu, where
+    h <= 0), the rest scaled by 1/(1-p)."""
     from .. import _native
 
     h = h.contiguous()
     out = torch.empty_like(h)
-    _native.dropout(_flat(h), _flat(out), p, key, offset, defaults.aggregate_threads())
+    _native.dropout(_flat(h), _flat(out), p, key, offset, relu, defaults.aggregate_threads())
     return out
 
 
@@ -40,6 +42,25 @@ class _Dropout(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return native_dropout(grad, *ctx.args), None, None, None  # the same mask and scale: dropout is linear
+
+
+class _ReluDropout(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, p, key, offset):
+        out = native_dropout(h.detach(), p, key, offset, relu=True)
+        ctx.p = p
+        ctx.save_for_backward(out)  # the next layer keeps it anyway, as its matrix product's input
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        from .. import _native
+
+        (out,) = ctx.saved_tensors
+        grad = grad.contiguous()
+        grad_in = torch.empty_like(grad)
+        _native.relu_dropout_backward(_flat(grad), _flat(out), _flat(grad_in), ctx.p, defaults.aggregate_threads())
+        return grad_in, None, None, None
 
 
 class Dropout(nn.Module):
@@ -67,10 +88,11 @@ class Dropout(nn.Module):
                                "an epoch's end (--resume with a checkpoint taken there) or start the run again")
         self.key, self.counter = int(state["key"]), int(state["counter"])
 
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        if not self.training or self.p == 0:
-            return h
-        if h.device.type != "cpu" or h.dtype not in (torch.float32, torch.bfloat16):
-            return F.dropout(h, self.p, True)
+    def forward(self, h: torch.Tensor, relu: bool = False) -> torch.Tensor:
+        """Dropout of h, or of ReLU(h) with relu."""
+        if not self.training or self.p == 0 or h.device.type != "cpu" or h.dtype not in (torch.float32,
+                                                                                          torch.bfloat16):
+            h = F.relu(h) if relu else h
+            return F.dropout(h, self.p, True) if self.training and self.p > 0 else h
         offset, self.counter = self.counter, self.counter + h.numel()
-        return _Dropout.apply(h, self.p, self.key, offset)
+        return (_ReluDropout if relu else _Dropout).apply(h, self.p, self.key, offset)

@@ -169,7 +169,7 @@ class GNN(nn.Module):
         """Layer i alone (layer-wise inference runs the layers one at a time over all nodes)."""
         h = self.layers[i](block, h)
         if i < len(self.layers) - 1:
-            h = self.dropout(F.relu(h))
+            h = self.dropout(h, relu=True)
         return h
 
     def forward(self, blocks: list[TensorBlock], x: torch.Tensor) -> torch.Tensor:

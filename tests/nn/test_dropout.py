@@ -39,6 +39,28 @@ def test_native_dropout_equals_the_oracle_forward_and_backward(shape, dtype, p):
     assert torch.equal(h.grad, oracle(g, p, key, offset))  # the same mask and scale
 
 
+@pytest.mark.parametrize("shape", [(0, 5), (1, 1), (199, 33), (3, 4097)], ids=["empty", "one", "199x33", "3x4097"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_relu_then_dropout_in_one_pass_equals_the_two_ops(shape, dtype):
+    key, offset, p = 99, 7, 0.5
+    h = torch.randn(shape).to(dtype)
+    h.view(-1)[::5] = 0.0  # ReLU's kink: no gradient at 0, as torch's
+    h.requires_grad_(True)
+    d = Dropout(p)
+    d.key, d.counter = key, offset
+    out = d(h, relu=True)
+    h2 = h.detach().clone().requires_grad_(True)
+    want = oracle(torch.relu(h2), p, key, offset)
+    assert out.dtype == dtype and torch.equal(out, want)
+    g = torch.randn(shape).to(dtype)
+    out.backward(g)
+    keep = torch.from_numpy(draws(key, offset, h.numel()) >= np.uint64(round(p * 2 ** 32))).view(shape)
+    expected = torch.where(keep & (h2.detach() > 0), g.float() * 2.0, 0.0).to(dtype)
+    assert torch.equal(h.grad, expected)
+    d.eval()
+    assert torch.equal(d(h, relu=True), torch.relu(h))
+
+
 def test_dropout_is_seeded_scaled_resumable_and_off_in_eval():
     d = Dropout(0.25)
     h = torch.ones(300, 200)
