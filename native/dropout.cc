@@ -1,19 +1,61 @@
 #include "dropout.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 #include "parallel.h"
 
 namespace diskgnn {
+namespace {
+
+constexpr int64_t kChunk = 2048;  // elements a hash chunk covers: 8 KiB of draws, in L1
+
+// Pairs [first, first + count) hashed into out: the loop the compiler vectorises.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#endif
+void hash_pairs(uint64_t key, uint64_t first, int64_t count, uint64_t* out) {
+  for (int64_t j = 0; j < count; ++j) out[j] = dropout_pair(key, first + static_cast<uint64_t>(j));
+}
+
+// The draws of elements [first, first + count) (first even) as 32-bit values, low halves first.
+inline const uint32_t* draws(uint64_t key, uint64_t first, int64_t count, uint64_t* buf) {
+  hash_pairs(key, first / 2, (count + 1) / 2, buf);
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "a pair's low half is element 2j's draw");
+  return reinterpret_cast<const uint32_t*>(buf);
+}
+
+// One chunk's elements kept or zeroed: branch-free, so that it vectorises.
+template <bool kRelu, typename T>
+void apply(const T* __restrict__ in, T* __restrict__ out, const uint32_t* __restrict__ d, int64_t count,
+           uint32_t threshold, float scale) {
+  for (int64_t k = 0; k < count; ++k) {
+    const float v = widen(in[k]);
+    const float gain = (d[k] >= threshold) & (!kRelu | (v > 0.0f)) ? scale : 0.0f;  // & not &&: no branch
+    narrow(v * gain, out + k);
+  }
+}
+
+}  // namespace
 
 template <typename T>
 void dropout(const T* in, T* out, int64_t n, uint64_t threshold, float scale, uint64_t key, uint64_t offset,
              bool relu, int num_threads) {
+  if (offset % 2) throw std::invalid_argument("dropout: the stream's offset must be even");
+  // p < 1, so the threshold is below 2^32 but may round up to it: 2^32 - 1 drops the same draws bar one
+  const uint32_t t = static_cast<uint32_t>(std::min<uint64_t>(threshold, 0xffffffffu));
   const int parts = parts_for(n, num_threads);
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
   parallel_parts(parts, [&](int p) {
-    const int64_t lo = n * p / parts, hi = n * (p + 1) / parts;
-    for (int64_t i = lo; i < hi; ++i) {
-      const float v = widen(in[i]);
-      const bool keep = dropout_draw(key, offset + static_cast<uint64_t>(i)) >= threshold && !(relu && !(v > 0));
-      narrow(keep ? v * scale : 0.0f, out + i);
+    uint64_t buf[kChunk / 2];
+    for (int64_t c = chunks * p / parts; c < chunks * (p + 1) / parts; ++c) {
+      const int64_t lo = c * kChunk, count = std::min(kChunk, n - lo);
+      const uint32_t* d = draws(key, offset + static_cast<uint64_t>(lo), count, buf);
+      if (relu) {
+        apply<true>(in + lo, out + lo, d, count, t, scale);
+      } else {
+        apply<false>(in + lo, out + lo, d, count, t, scale);
+      }
     }
   });
 }
@@ -23,7 +65,7 @@ void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, f
   const int parts = parts_for(n, num_threads);
   parallel_parts(parts, [&](int p) {
     const int64_t lo = n * p / parts, hi = n * (p + 1) / parts;
-    for (int64_t i = lo; i < hi; ++i) narrow(widen(out[i]) > 0 ? widen(grad[i]) * scale : 0.0f, grad_in + i);
+    for (int64_t i = lo; i < hi; ++i) narrow(widen(grad[i]) * (widen(out[i]) > 0.0f ? scale : 0.0f), grad_in + i);
   });
 }
 

@@ -2,7 +2,7 @@
 
 torch's CPU `bernoulli_` costs ~15 ns an element here, a third of a train step; a numpy mask took four
 passes (draw, compare, scale, cast). The native kernel (native/dropout.h) keeps element i where a
-counter-based hash of (key, position) clears p, so backward recomputes the same mask from two integers,
+counter-based hash of (key, position) clears p (one 64-bit hash per two elements), so backward recomputes the same mask from two integers,
 bf16 activations stay bf16, and a checkpoint keeps the stream as (key, counter). The ReLU before it runs
 in the same pass (`relu=True`), its backward from the output alone. Other devices use torch's.
 """
@@ -94,5 +94,5 @@ class Dropout(nn.Module):
                                                                                           torch.bfloat16):
             h = F.relu(h) if relu else h
             return F.dropout(h, self.p, True) if self.training and self.p > 0 else h
-        offset, self.counter = self.counter, self.counter + h.numel()
+        offset, self.counter = self.counter, self.counter + h.numel() + h.numel() % 2  # draws come in pairs
         return (_ReluDropout if relu else _Dropout).apply(h, self.p, self.key, offset)

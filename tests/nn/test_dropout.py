@@ -10,12 +10,15 @@ from diskgnn.nn.dropout import Dropout, native_dropout
 
 
 def draws(key: int, offset: int, n: int) -> np.ndarray:
-    """splitmix64's finaliser of key + index * golden, high 32 bits: the kernel's draw, in plain numpy."""
+    """Element i's draw, in plain numpy: half i % 2 (low first) of splitmix64's finaliser of key + (i // 2) *
+    golden, for the elements offset .. offset + n - 1."""
+    index = np.uint64(offset) + np.arange(n, dtype=np.uint64)
     with np.errstate(over="ignore"):
-        z = np.uint64(key) + (np.uint64(offset) + np.arange(n, dtype=np.uint64)) * np.uint64(0x9E3779B97F4A7C15)
+        z = np.uint64(key) + (index >> np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return ((z ^ (z >> np.uint64(31))) >> np.uint64(32)).astype(np.uint32)
+        z ^= z >> np.uint64(31)
+    return ((z >> (np.uint64(32) * (index & np.uint64(1)))) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
 def oracle(h: torch.Tensor, p: float, key: int, offset: int) -> torch.Tensor:
@@ -27,13 +30,13 @@ def oracle(h: torch.Tensor, p: float, key: int, offset: int) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("p", [0.1, 0.5])
 def test_native_dropout_equals_the_oracle_forward_and_backward(shape, dtype, p):
-    key, offset = 0xDEADBEEF12345678, 12345
+    key, offset = 0xDEADBEEF12345678, 12346
     h = torch.randn(shape).to(dtype).requires_grad_(True)
     d = Dropout(p)
     d.key, d.counter = key, offset
     out = d(h)
     assert out.dtype == dtype and torch.equal(out, oracle(h.detach(), p, key, offset))
-    assert d.counter == offset + h.numel()
+    assert d.counter == offset + h.numel() + h.numel() % 2  # draws come in pairs: the next call starts even
     g = torch.randn(shape).to(dtype)
     out.backward(g)
     assert torch.equal(h.grad, oracle(g, p, key, offset))  # the same mask and scale
@@ -42,7 +45,7 @@ def test_native_dropout_equals_the_oracle_forward_and_backward(shape, dtype, p):
 @pytest.mark.parametrize("shape", [(0, 5), (1, 1), (199, 33), (3, 4097)], ids=["empty", "one", "199x33", "3x4097"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_relu_then_dropout_in_one_pass_equals_the_two_ops(shape, dtype):
-    key, offset, p = 99, 7, 0.5
+    key, offset, p = 99, 8, 0.5
     h = torch.randn(shape).to(dtype)
     h.view(-1)[::5] = 0.0  # ReLU's kink: no gradient at 0, as torch's
     h.requires_grad_(True)
@@ -86,3 +89,5 @@ def test_native_dropout_refuses_bad_arguments():
         native_dropout(torch.ones(3), 1.0, 0, 0)
     with pytest.raises(ValueError, match="float32"):
         native_dropout(torch.ones(3, dtype=torch.float64), 0.5, 0, 0)
+    with pytest.raises(ValueError, match="even"):
+        native_dropout(torch.ones(3), 0.5, 0, 1)
