@@ -36,6 +36,12 @@ void apply(const T* __restrict__ in, T* __restrict__ out, const uint32_t* __rest
   }
 }
 
+template <typename T>
+void pass_positive(const T* __restrict__ grad, const T* __restrict__ out, T* __restrict__ grad_in, int64_t count,
+                   float scale) {
+  for (int64_t k = 0; k < count; ++k) narrow(widen(grad[k]) * (widen(out[k]) > 0.0f ? scale : 0.0f), grad_in + k);
+}
+
 }  // namespace
 
 template <typename T>
@@ -65,7 +71,7 @@ void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, f
   const int parts = parts_for(n, num_threads);
   parallel_parts(parts, [&](int p) {
     const int64_t lo = n * p / parts, hi = n * (p + 1) / parts;
-    for (int64_t i = lo; i < hi; ++i) narrow(widen(grad[i]) * (widen(out[i]) > 0.0f ? scale : 0.0f), grad_in + i);
+    pass_positive(grad + lo, out + lo, grad_in + lo, hi - lo, scale);
   });
 }
 
