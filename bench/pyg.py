@@ -86,9 +86,15 @@ def make_venv() -> Path:
 
 
 # -- accuracy ---------------------------------------------------------------------------------------
-def full_batch(data_dir: Path, *, epochs: int, seed: int, hidden: int, lr: float, weight_decay: float,
-               dropout: float) -> dict:
-    """Plain PyG: the whole graph in RAM, one full-batch step per epoch, the best validation epoch's test."""
+REFERENCES = {"loader": "PyG's NeighborLoader in RAM", "full": "full batch in RAM"}
+
+
+def in_memory(data_dir: Path, *, loader: str, epochs: int, seed: int, hidden: int, lr: float,
+              weight_decay: float, dropout: float) -> dict:
+    """Plain PyG with the whole graph in RAM, the best validation epoch's test accuracy. loader "full": one
+    full-batch step per epoch; "loader": PyG's NeighborLoader at the adapters' fanouts and batch size (it needs
+    pyg-lib or torch-sparse). Evaluation on the whole graph either way."""
+    from torch_geometric.data import Data
     from torch_geometric.nn.models import GraphSAGE
 
     ds = open_dataset(data_dir)
@@ -101,6 +107,14 @@ def full_batch(data_dir: Path, *, epochs: int, seed: int, hidden: int, lr: float
     torch.manual_seed(seed)
     model = GraphSAGE(ds.feature_dim, hidden, num_layers=2, out_channels=ds.num_classes, dropout=dropout)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    if loader == "loader":
+        from torch_geometric.loader import NeighborLoader
+
+        batches = NeighborLoader(Data(x=x, y=y, edge_index=edge_index), num_neighbors=[int(f) for f in
+                                 FANOUTS.split(",")], batch_size=BATCH_SIZE, input_nodes=split["train"],
+                                 shuffle=True)
+    else:
+        batches = [None]
 
     def acc(s: str) -> float:
         model.eval()
@@ -110,14 +124,32 @@ def full_batch(data_dir: Path, *, epochs: int, seed: int, hidden: int, lr: float
     best, state = -1.0, None
     for _ in range(epochs):
         model.train()
-        optimizer.zero_grad()
-        F.cross_entropy(model(x, edge_index)[split["train"]], y[split["train"]]).backward()
-        optimizer.step()
+        for batch in batches:
+            optimizer.zero_grad()
+            if batch is None:
+                out, target = model(x, edge_index)[split["train"]], y[split["train"]]
+            else:
+                out, target = model(batch.x, batch.edge_index)[: batch.batch_size], batch.y[: batch.batch_size]
+            F.cross_entropy(out, target).backward()
+            optimizer.step()
         val = acc("val")
         if val > best:
             best, state = val, copy.deepcopy(model.state_dict())
     model.load_state_dict(state)
     return {"val_acc": best, "test_acc": acc("test")}
+
+
+def reference_run(python: str, data: Path, loader: str, epochs: int, seed: int, hp: dict) -> dict:
+    """in_memory() in `python` (NeighborLoader's sampler lives outside the torch + torch_geometric venv)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([python, "-m", "bench.pyg", "reference", "--data", str(data), "--loader", loader,
+                           "--epochs", str(epochs), "--seed", str(seed), "--hparams", json.dumps(hp)],
+                          capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        raise DiskgnnError(f"the {REFERENCES[loader]} reference failed in {python}: "
+                           f"{(proc.stderr.strip().splitlines() or ['no output'])[-1]}")
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "python": python,
+            "seconds": time.perf_counter() - t0}
 
 
 def accuracy(args) -> dict:
@@ -139,22 +171,22 @@ def accuracy(args) -> dict:
     for name in names:
         data = Path(args.data) if args.data else prepared(name, SHARED, RESULTS / "accuracy-work" / "data")
         epochs = args.epochs or dataset_spec(name).epochs
-        done = {r["seed"] for r in runs if r["dataset"] == name and r["epochs"] == epochs}
         for seed in args.seeds:
-            if seed in done:
-                continue
-            t0 = time.perf_counter()
-            adapters = ex.main([str(data), "--epochs", str(epochs), "--fanouts", FANOUTS, "--batch-size",
-                                str(BATCH_SIZE), "--hidden", str(hp["hidden"]), "--lr", str(hp["lr"]),
-                                "--weight-decay", str(hp["weight_decay"]), "--dropout", str(hp["dropout"]),
-                                f"--eval-fanouts={args.eval_fanouts}", "--seed", str(seed)])
-            t1 = time.perf_counter()
-            memory = full_batch(data, epochs=epochs, seed=seed, **hp)
-            runs.append({"dataset": name, "seed": seed, "epochs": epochs,
-                         "adapters": {"val_acc": adapters["val_acc"], "test_acc": adapters["test_acc"],
-                                      "seconds": t1 - t0},
-                         "in_memory": {**memory, "seconds": time.perf_counter() - t1}})
-            print(json.dumps(runs[-1]), flush=True)
+            run = next((r for r in runs if (r["dataset"], r["seed"], r["epochs"]) == (name, seed, epochs)), None)
+            if run is None:
+                t0 = time.perf_counter()
+                adapters = ex.main([str(data), "--epochs", str(epochs), "--fanouts", FANOUTS, "--batch-size",
+                                    str(BATCH_SIZE), "--hidden", str(hp["hidden"]), "--lr", str(hp["lr"]),
+                                    "--weight-decay", str(hp["weight_decay"]), "--dropout", str(hp["dropout"]),
+                                    f"--eval-fanouts={args.eval_fanouts}", "--seed", str(seed), "--device", "cpu"])
+                run = {"dataset": name, "seed": seed, "epochs": epochs,
+                       "adapters": {"val_acc": adapters["val_acc"], "test_acc": adapters["test_acc"],
+                                    "seconds": time.perf_counter() - t0}}
+                runs.append(run)
+            missing = [ref for ref in args.references if ref not in run]
+            for ref in missing:
+                run[ref] = reference_run(args.reference_python, data, ref, epochs, seed, hp)
+            print(json.dumps(run), flush=True)
             write_json(Path(args.out), {**settings, "runs": runs, "rows": []})  # a stopped study keeps its runs
     result = {**settings, "runs": runs, "rows": accuracy_rows(runs, names, args.seeds)}
     write_json(Path(args.out), result)
@@ -164,27 +196,38 @@ def accuracy(args) -> dict:
 
 
 def kept_runs(out: Path, settings: dict) -> list[dict]:
-    """The runs in an earlier --out made with these settings (the machine and command aside)."""
+    """The runs in an earlier --out made with these settings (the machine and command aside); a run's full-batch
+    reference is under "full" (older files: "in_memory")."""
     if not out.exists():
         return []
     old = json.loads(out.read_text())
-    same = all(old.get(k) == settings[k] for k in settings if k not in ("machine", "command"))
-    return old["runs"] if same else []
+    if not all(old.get(k) == settings[k] for k in settings if k not in ("machine", "command")):
+        return []
+    for run in old["runs"]:
+        if "in_memory" in run:
+            run["full"] = run.pop("in_memory")
+    return old["runs"]
 
 
 def accuracy_rows(runs: list[dict], names: list[str], seeds: list[int]) -> list[dict]:
-    """Per dataset over `seeds`: each side's mean and std, and the per-seed differences (adapters - in memory),
-    their mean and its standard error."""
+    """Per dataset and reference, over the `seeds` that have it: each side's mean and std, and the per-seed
+    differences (adapters - reference), their mean and its standard error."""
     rows = []
     for name in names:
         mine = sorted((r for r in runs if r["dataset"] == name and r["seed"] in seeds), key=lambda r: r["seed"])
-        a = np.array([r["adapters"]["test_acc"] for r in mine]) * 100
-        m = np.array([r["in_memory"]["test_acc"] for r in mine]) * 100
-        d = a - m
-        rows.append({"dataset": name, "seeds": [r["seed"] for r in mine], "adapters_mean": a.mean(),
-                     "adapters_std": a.std(), "memory_mean": m.mean(), "memory_std": m.std(), "delta": d.mean(),
-                     "delta_se": d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else None, "deltas": d.tolist(),
-                     "within": bool(abs(d.mean()) <= BOUND)})
+        row = {"dataset": name, "epochs": mine[0]["epochs"] if mine else None}
+        for ref in REFERENCES:
+            paired = [r for r in mine if ref in r]
+            if not paired:
+                continue
+            a = np.array([r["adapters"]["test_acc"] for r in paired]) * 100
+            m = np.array([r[ref]["test_acc"] for r in paired]) * 100
+            d = a - m
+            row[ref] = {"seeds": [r["seed"] for r in paired], "adapters_mean": a.mean(), "adapters_std": a.std(),
+                        "mean": m.mean(), "std": m.std(), "delta": d.mean(),
+                        "delta_se": d.std(ddof=1) / np.sqrt(d.size) if d.size > 1 else None, "deltas": d.tolist(),
+                        "within": bool(abs(d.mean()) <= BOUND)}
+        rows.append(row)
     return rows
 
 
@@ -195,18 +238,28 @@ def accuracy_markdown(r: dict) -> str:
                                                         f"{', '.join(r['extras_present'])} present") + f"), on "
              f"{r['machine']['summary']}; evaluation through the adapters at fanouts {r['eval_fanouts']}"
              + (" (every neighbour: the whole graph's outputs, as in RAM)" if r["eval_fanouts"] == "-1,-1" else "")
-             + ". Test accuracy in %, mean ± std over the seeds; the difference is the mean of the per-seed "
-             "differences ± its standard error; the bound is 1 point on that mean.",
+             + ". Test accuracy in %, mean ± std over the seeds; a difference is the mean of the per-seed "
+             "differences (through diskgnn.pyg minus the reference) ± its standard error; the bound is 1 point on "
+             "that mean. Each reference's seeds are counted beside it.",
              "",
-             "| dataset | epochs | seeds | PyG GraphSAGE through diskgnn.pyg (NodeLoader) | the same, full batch in RAM | "
-             "difference | within 1 point |", "|---|---|---|---|---|---|---|"]
+             "| dataset | epochs | reference | seeds | PyG GraphSAGE through diskgnn.pyg (NodeLoader) | the reference "
+             "| difference | within 1 point |", "|---|---|---|---|---|---|---|---|"]
     for row in r["rows"]:
-        epochs = next(x["epochs"] for x in r["runs"] if x["dataset"] == row["dataset"])
-        se = f" ± {row['delta_se']:.2f}" if row.get("delta_se") is not None else ""
-        lines.append(f"| {row['dataset']} | {epochs} | {len(row['seeds'])} | {row['adapters_mean']:.2f} ± "
-                     f"{row['adapters_std']:.2f} | {row['memory_mean']:.2f} ± {row['memory_std']:.2f} | "
-                     f"{row['delta']:+.2f}{se} | {'yes' if row['within'] else '**no**'} |")
+        for ref, label in REFERENCES.items():
+            if ref not in row:
+                continue
+            v = row[ref]
+            se = f" ± {v['delta_se']:.2f}" if v.get("delta_se") is not None else ""
+            lines.append(f"| {row['dataset']} | {row['epochs']} | {label} | {len(v['seeds'])} | "
+                         f"{v['adapters_mean']:.2f} ± {v['adapters_std']:.2f} | {v['mean']:.2f} ± {v['std']:.2f} | "
+                         f"{v['delta']:+.2f}{se} | {'yes' if v['within'] else '**no**'} |")
     return "\n".join(lines) + "\n"
+
+
+def reference(args) -> None:
+    """One in_memory() run as a JSON line (the accuracy study calls it in the reference python)."""
+    print(json.dumps(in_memory(Path(args.data), loader=args.loader, epochs=args.epochs, seed=args.seed,
+                               **json.loads(args.hparams))))
 
 
 # -- speed ------------------------------------------------------------------------------------------
@@ -316,9 +369,21 @@ def main(argv=None):
     a.add_argument("--epochs", type=int, default=None, help="default: bench.accuracy's per dataset")
     a.add_argument("--eval-fanouts", default="-1,-1", help="the adapters' evaluation (default: every neighbour, "
                    "as the in-memory model's; 25,10 samples it as training does)")
+    a.add_argument("--references", type=lambda v: v.split(","), default=["loader", "full"],
+                   help="plain PyG in RAM to compare with: loader (NeighborLoader at the same fanouts and batch "
+                   "size), full (full batch), or both (default)")
+    a.add_argument("--reference-python", default=str(REPO / ".venv" / "bin" / "python"),
+                   help="the python the references run in: NeighborLoader needs pyg-lib or torch-sparse "
+                   "(default: the repo's .venv)")
     a.add_argument("--allow-extras", action="store_true")
     a.add_argument("--out", default=str(RESULTS / "pyg-accuracy.json"))
     a.add_argument("--doc", default=str(REPO / "docs" / "accuracy.md"))
+    r = sub.add_parser("reference", help="one in-memory reference run (the accuracy study's)")
+    r.add_argument("--data", required=True)
+    r.add_argument("--loader", choices=tuple(REFERENCES), required=True)
+    r.add_argument("--epochs", type=int, required=True)
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--hparams", required=True, help="JSON: hidden, lr, weight_decay, dropout")
     s = sub.add_parser("speed")
     s.add_argument("--data", default=str(W1))
     s.add_argument("--cap", default="2GiB", help="cgroup memory cap; none: uncapped")
@@ -340,8 +405,12 @@ def main(argv=None):
         return None
     if args.what == "speed" and args.cap == "none":
         args.cap = None
-    if args.doc == "":
+    if getattr(args, "doc", None) == "":
         args.doc = None
+    if args.what == "reference":
+        return reference(args)
+    if args.what == "accuracy" and not set(args.references) <= set(REFERENCES):
+        raise DiskgnnError(f"--references {','.join(args.references)}: expected loader, full or both")
     return accuracy(args) if args.what == "accuracy" else speed(args)
 
 

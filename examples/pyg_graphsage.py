@@ -38,7 +38,7 @@ from diskgnn.train.plan import resolve_device
 
 
 def node_loader(stores, sampler, ids: np.ndarray, batch_size: int, shuffle: bool) -> NodeLoader:
-    return NodeLoader(stores, node_sampler=sampler, input_nodes=torch.from_numpy(np.asarray(ids, dtype=np.int64)),
+    return NodeLoader(stores, node_sampler=sampler, input_nodes=torch.from_numpy(np.array(ids, dtype=np.int64)),
                       batch_size=batch_size, shuffle=shuffle)
 
 
