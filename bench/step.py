@@ -7,7 +7,8 @@ For each model and precision: W1's first --batches batches of 1024 seeds (fanout
 training samples them, features from the file), one train step each as diskgnn.train runs it (the model,
 bf16 autocast where asked, the loss in fp32, backward, Adam), timed over --repeat passes; beside it the
 floor: the same step's linear maps alone (forward, and backward for the weights and, above the input
-layer, the inputs), on random rows of the same shapes under the same autocast. Step ÷ floor is the
+layer, the inputs), on random rows of the same shapes under the same autocast; each the median of the
+--repeat timed passes over the batches. Step ÷ floor is the
 overhead around the matrix work. A torch-profiler table of each setting's step (self CPU time per op)
 says where the overhead goes. JSON to bench/results/step.json; with --report, a section of
 docs/benchmarks.md.
@@ -67,10 +68,17 @@ def floor_s(shapes, bf16: bool, repeat: int) -> float:
 
     run()
     run()
-    start = time.perf_counter()
+    return median_s(run, repeat)
+
+
+def median_s(fn, repeat: int) -> float:
+    """The median of `repeat` timed calls of fn: a busy moment of the machine moves one call, not the result."""
+    times = []
     for _ in range(repeat):
-        run()
-    return (time.perf_counter() - start) / repeat
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
 
 
 def profile_table(step, rows: int = 12) -> list[dict]:
@@ -109,13 +117,12 @@ def measure(data: Path, models: list[str], batches: int, repeat: int, hidden: in
                 F.cross_entropy(logits.float(), y).backward()
                 optimizer.step()
 
-            for w in work:  # warm: oneDNN's kernels for these shapes, the allocator's pools
-                step(*w)
-            start = time.perf_counter()
-            for _ in range(repeat):
+            def one_pass():
                 for w in work:
                     step(*w)
-            step_s = (time.perf_counter() - start) / (repeat * len(work))
+
+            one_pass()  # warm: oneDNN's kernels for these shapes, the allocator's pools
+            step_s = median_s(one_pass, repeat) / len(work)
             dims = layer_dims(ds.feature_dim, hidden, ds.num_classes, len(FANOUTS))
             floor = sum(floor_s(linear_shapes(kind, blocks, dims), bf16 and kind != "gat", repeat)
                         for blocks, _, _ in work) / len(work)
