@@ -29,8 +29,9 @@ void check_indices(const int64_t* indptr, const int64_t* indices, int64_t num_ds
 
 template <typename T>
 void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* src, int64_t num_src,
-             int64_t dim, const float* scale, T* out, int num_threads) {
+             int64_t dim, const float* scale, bool self_loop, T* out, int num_threads) {
   check_indices(indptr, indices, num_dst, num_src);
+  if (self_loop && num_dst > num_src) throw std::invalid_argument("csc_sum: a self loop needs num_dst <= num_src");
   const int parts = parts_for(indptr[num_dst] * dim, num_threads);
   parallel_parts(parts, [&](int p) {
     // Equal shares of edges rather than of rows: degrees are skewed.
@@ -40,7 +41,11 @@ void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, con
     const int64_t end = p == parts - 1 ? num_dst : hi;
     std::vector<float> acc(static_cast<size_t>(dim));
     for (int64_t i = lo; i < end; ++i) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      if (self_loop) {
+        for (int64_t c = 0; c < dim; ++c) acc[c] = widen(src[i * dim + c]);
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+      }
       for (int64_t e = indptr[i]; e < indptr[i + 1]; ++e) {
         const T* s = src + indices[e] * dim;
         for (int64_t c = 0; c < dim; ++c) acc[c] += widen(s[c]);
@@ -54,8 +59,10 @@ void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, con
 
 template <typename T>
 void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* grad_out,
-                       int64_t num_src, int64_t dim, const float* scale, T* grad_src, int num_threads) {
+                       int64_t num_src, int64_t dim, const float* scale, bool self_loop, T* grad_src,
+                       int num_threads) {
   check_indices(indptr, indices, num_dst, num_src);
+  if (self_loop && num_dst > num_src) throw std::invalid_argument("csc_sum: a self loop needs num_dst <= num_src");
   const int parts = column_parts(indptr[num_dst] * dim, dim, num_threads);
   parallel_parts(parts, [&](int p) {
     const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts, w = c1 - c0;
@@ -76,6 +83,10 @@ void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t nu
         float* d = target(indices[e]);
         for (int64_t c = 0; c < w; ++c) d[c] += k * widen(g[c]);
       }
+      if (self_loop) {
+        float* d = target(i);
+        for (int64_t c = 0; c < w; ++c) d[c] += k * widen(g[c]);
+      }
     }
     if constexpr (!std::is_same_v<T, float>) {
       for (int64_t r = 0; r < num_src; ++r) {
@@ -86,12 +97,12 @@ void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t nu
 }
 
 template void csc_sum<float>(const int64_t*, const int64_t*, int64_t, const float*, int64_t, int64_t, const float*,
-                             float*, int);
+                             bool, float*, int);
 template void csc_sum<bf16>(const int64_t*, const int64_t*, int64_t, const bf16*, int64_t, int64_t, const float*,
-                            bf16*, int);
+                            bool, bf16*, int);
 template void csc_sum_transpose<float>(const int64_t*, const int64_t*, int64_t, const float*, int64_t, int64_t,
-                                       const float*, float*, int);
+                                       const float*, bool, float*, int);
 template void csc_sum_transpose<bf16>(const int64_t*, const int64_t*, int64_t, const bf16*, int64_t, int64_t,
-                                      const float*, bf16*, int);
+                                      const float*, bool, bf16*, int);
 
 }  // namespace diskgnn

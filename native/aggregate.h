@@ -18,17 +18,20 @@
 
 namespace diskgnn {
 
-/// @brief out[i] = scale[i] * (sum of src[indices[e]] for e in [indptr[i], indptr[i+1])), accumulated in
-/// float32; scale may be null (1). out is overwritten. Threads take disjoint ranges of destination rows.
+/// @brief out[i] = scale[i] * (sum of src[indices[e]] for e in [indptr[i], indptr[i+1]), plus src[i] itself
+/// with self_loop), accumulated in float32; scale may be null (1). out is overwritten. The first num_dst
+/// sources are the destinations (a block's layout). Threads take disjoint ranges of destination rows.
 /// T: float or bf16.
 template <typename T>
 void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* src, int64_t num_src,
-             int64_t dim, const float* scale, T* out, int num_threads);
+             int64_t dim, const float* scale, bool self_loop, T* out, int num_threads);
 
-/// @brief The transpose, for the backward pass: grad_src[indices[e]] += scale[i] * grad_out[i], accumulated
-/// in float32 (grad_src is overwritten). Threads take disjoint column ranges, so scattered rows never collide.
+/// @brief The transpose, for the backward pass: grad_src[indices[e]] += scale[i] * grad_out[i] (and
+/// grad_src[i] += scale[i] * grad_out[i] with self_loop), accumulated in float32 (grad_src is overwritten).
+/// Threads take disjoint column ranges, so scattered rows never collide.
 template <typename T>
 void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* grad_out,
-                       int64_t num_src, int64_t dim, const float* scale, T* grad_src, int num_threads);
+                       int64_t num_src, int64_t dim, const float* scale, bool self_loop, T* grad_src,
+                       int num_threads);
 
 }  // namespace diskgnn

@@ -168,29 +168,31 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "csc_sum",
       [sum_rows](const edge_array& indptr, const edge_array& indices, const py::array& src, py::array& out,
-                 int num_threads, const py::object& scale) {
+                 int num_threads, const py::object& scale, bool self_loop) {
         const int64_t num_src = src.ndim() == 2 ? src.shape(0) : 0;
         sum_rows(indptr, indices, src, out, scale, num_src, indptr.size() - 1,
                  [&](auto in, auto o, int64_t num_dst, int64_t dim, const float* k) {
-                   diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, in, num_src, dim, k, o, num_threads);
+                   diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, in, num_src, dim, k, self_loop, o,
+                                    num_threads);
                  });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
-      py::arg("scale") = py::none(),
-      "out[i] = scale[i] * sum of src[indices[indptr[i]:indptr[i+1]]] (float32 or bf16-bit rows, int64 CSC).");
+      py::arg("scale") = py::none(), py::arg("self_loop") = false,
+      "out[i] = scale[i] * (sum of src[indices[indptr[i]:indptr[i+1]]] (+ src[i] with self_loop)) (float32 or "
+      "bf16-bit rows, int64 CSC).");
   m.def(
       "csc_sum_transpose",
       [sum_rows](const edge_array& indptr, const edge_array& indices, const py::array& grad_out, py::array& grad_src,
-                 int num_threads, const py::object& scale) {
+                 int num_threads, const py::object& scale, bool self_loop) {
         const int64_t num_src = grad_src.ndim() == 2 ? grad_src.shape(0) : 0;
         sum_rows(indptr, indices, grad_out, grad_src, scale, indptr.size() - 1, num_src,
                  [&](auto g, auto o, int64_t num_dst, int64_t dim, const float* k) {
-                   diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, g, num_src, dim, k, o,
-                                              num_threads);
+                   diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, g, num_src, dim, k, self_loop,
+                                              o, num_threads);
                  });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
-      py::arg("num_threads"), py::arg("scale") = py::none(),
+      py::arg("num_threads"), py::arg("scale") = py::none(), py::arg("self_loop") = false,
       "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
 
   // Elementwise kernels' arrays: C-contiguous float32, or bfloat16 as int16 bits, all of one type and size.

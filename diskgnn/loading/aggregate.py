@@ -23,19 +23,19 @@ def _rows(t: torch.Tensor):
 
 
 class NeighbourSum(torch.autograd.Function):
-    """out[i] = scale[i] * sum of h[indices[indptr[i]:indptr[i+1]]] for float32 or bfloat16 CPU rows (out in
-    h's dtype; scale None: 1); grad by the transpose."""
+    """out[i] = scale[i] * (sum of h[indices[indptr[i]:indptr[i+1]]], plus h[i] with self_loop) for float32 or
+    bfloat16 CPU rows (out in h's dtype; scale None: 1); grad by the transpose."""
 
     @staticmethod
-    def forward(ctx, h, block, scale=None):
+    def forward(ctx, h, block, scale=None, self_loop=False):
         from .. import _native
 
         h = h.detach().contiguous()
         out = torch.empty((block.num_dst, h.shape[1]), dtype=h.dtype)
         scale_rows = None if scale is None else scale.numpy()
         _native.csc_sum(block.indptr.numpy(), block.indices.numpy(), _rows(h), _rows(out),
-                        defaults.aggregate_threads(), scale_rows)
-        ctx.block, ctx.num_src, ctx.scale = block, h.shape[0], scale_rows
+                        defaults.aggregate_threads(), scale_rows, self_loop)
+        ctx.block, ctx.num_src, ctx.scale, ctx.self_loop = block, h.shape[0], scale_rows, self_loop
         return out
 
     @staticmethod
@@ -43,12 +43,12 @@ class NeighbourSum(torch.autograd.Function):
         from .. import _native
 
         if not ctx.needs_input_grad[0]:
-            return None, None, None
+            return None, None, None, None
         grad_out = grad_out.contiguous()
         grad = torch.empty((ctx.num_src, grad_out.shape[1]), dtype=grad_out.dtype)
         _native.csc_sum_transpose(ctx.block.indptr.numpy(), ctx.block.indices.numpy(), _rows(grad_out), _rows(grad),
-                                  defaults.aggregate_threads(), ctx.scale)
-        return grad, None, None
+                                  defaults.aggregate_threads(), ctx.scale, ctx.self_loop)
+        return grad, None, None, None
 
 
 class HagSum(torch.autograd.Function):

@@ -27,6 +27,7 @@ class TensorBlock:
     dst: torch.Tensor  # int64[E], destination of each edge (indptr expanded)
     deg: torch.Tensor  # float32[num_dst, 1], in-degree
     inv_deg: torch.Tensor  # float32[num_dst], 1 / max(deg, 1): a mean's scale (0 neighbours: a zero mean)
+    inv_deg_self: torch.Tensor  # float32[num_dst], 1 / (deg + 1): the scale of a mean with the node itself
     hag: object = None  # its HAG (loading/hag.py), summed through on the CPU where it pays
 
     @classmethod
@@ -37,11 +38,11 @@ class TensorBlock:
         deg = counts.astype(np.float32)
         return cls(num_dst, num_src, torch.from_numpy(indptr), torch.from_numpy(np.asarray(indices, dtype=np.int64)),
                    torch.from_numpy(dst), torch.from_numpy(deg).unsqueeze(1),
-                   torch.from_numpy(1 / np.maximum(deg, np.float32(1))))
+                   torch.from_numpy(1 / np.maximum(deg, np.float32(1))), torch.from_numpy(1 / (deg + np.float32(1))))
 
     def _map(self, fn) -> "TensorBlock":
         return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst), fn(self.deg),
-                           fn(self.inv_deg), self.hag)
+                           fn(self.inv_deg), fn(self.inv_deg_self), self.hag)
 
     def to(self, device, non_blocking: bool = False) -> "TensorBlock":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
@@ -52,23 +53,27 @@ class TensorBlock:
     def sum_neighbours(self, h: torch.Tensor) -> torch.Tensor:
         """Row i: the sum of h over dst i's sources (native kernels on the CPU), in h's dtype. bf16 rows (a
         layer under autocast) are summed in float32, as autocast reduces, on any device."""
-        return self._aggregate(h, None)
+        return self._aggregate(h, None, False)
 
-    def mean_neighbours(self, h: torch.Tensor) -> torch.Tensor:
-        """Row i: the mean of h over dst i's sources (0 where it has none), in h's dtype."""
-        return self._aggregate(h, self.inv_deg)
+    def mean_neighbours(self, h: torch.Tensor, self_loop: bool = False) -> torch.Tensor:
+        """Row i: the mean of h over dst i's sources (0 where it has none), or with self_loop over them and dst
+        i itself (GCN's), in h's dtype, rounded once."""
+        return self._aggregate(h, self.inv_deg_self if self_loop else self.inv_deg, self_loop)
 
-    def _aggregate(self, h: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
-        if h.device.type == "cpu" and h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16):
-            if self.hag is None:
-                return NeighbourSum.apply(h, self, scale)
-            out = HagSum.apply(h.float(), self)  # HAG's kernels are float32's
-            return (out if scale is None else out * scale.unsqueeze(1)).to(h.dtype)
+    def _aggregate(self, h: torch.Tensor, scale: torch.Tensor | None, self_loop: bool) -> torch.Tensor:
+        if h.device.type == "cpu" and h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16) \
+                and self.hag is None:
+            return NeighbourSum.apply(h, self, scale, self_loop)
         wide = torch.float32 if h.dtype in (torch.bfloat16, torch.float16) else h.dtype
-        total = torch.zeros((self.num_dst,) + tuple(h.shape[1:]), dtype=wide, device=h.device)
-        total.index_add_(0, self.dst, h[self.indices].to(wide))
+        if self.hag is not None and h.device.type == "cpu" and h.dim() == 2:
+            total = HagSum.apply(h.to(torch.float32), self)  # HAG's kernels are float32's
+        else:
+            total = torch.zeros((self.num_dst,) + tuple(h.shape[1:]), dtype=wide, device=h.device)
+            total = total.index_add(0, self.dst, h[self.indices].to(wide))
+        if self_loop:
+            total = total + h[: self.num_dst].to(total.dtype)
         if scale is not None:
-            total *= scale.view((-1,) + (1,) * (h.dim() - 1))
+            total = total * scale.view((-1,) + (1,) * (h.dim() - 1)).to(total.dtype)
         return total.to(h.dtype)
 
 

@@ -49,8 +49,7 @@ class GCNLayer(nn.Module):
         self.lin = nn.Linear(d_in, d_out)
 
     def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
-        total = block.sum_neighbours(h) + h[: block.num_dst]
-        return self.lin(total / (block.deg + 1))
+        return self.lin(block.mean_neighbours(h, self_loop=True))
 
 
 class GATLayer(nn.Module):

@@ -45,24 +45,31 @@ def test_native_neighbour_sum_equals_index_add(case, dim):
 
 @pytest.mark.parametrize("case", list(block_cases()), ids=lambda c: c[0])
 @pytest.mark.parametrize("dim", [1, 33, 256])
-@pytest.mark.parametrize("mean", [False, True], ids=["sum", "mean"])
-def test_native_bf16_sums_equal_float64_sums_rounded_once(case, dim, mean):
-    """bf16 rows in, bf16 rows out, float32 inside: within one bf16 rounding (2^-8 relative) of the float64
-    oracle, forward and backward, the mean's 1/degree folded in."""
+@pytest.mark.parametrize("how", ["sum", "mean", "mean with self"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_native_sums_and_means_equal_float64_sums_rounded_once(case, dim, how, dtype):
+    """float32 or bf16 rows in, the same out, float32 inside: within one rounding of the float64 oracle (bf16:
+    2^-8 relative), forward and backward, a mean's scale (and GCN's self row) folded in."""
     _, indptr, indices, nd, ns = case
+    if how == "mean with self" and nd > ns:
+        return
     block = TensorBlock.from_csc(indptr, indices, nd, ns)
-    h = torch.randn(ns, dim).bfloat16().requires_grad_(True)
-    got = block.mean_neighbours(h) if mean else block.sum_neighbours(h)
-    assert got.dtype == torch.bfloat16
-    scale = (1 / block.deg.clamp(min=1)).double() if mean else torch.ones(nd, 1, dtype=torch.float64)
-    want = torch.zeros(nd, dim, dtype=torch.float64).index_add_(0, block.dst, h.detach().double()[block.indices])
-    want *= scale
-    torch.testing.assert_close(got.double(), want, rtol=2 ** -8, atol=1e-5)
-    g = torch.randn(nd, dim).bfloat16()
+    h = torch.randn(ns, dim).to(dtype).requires_grad_(True)
+    got = block.sum_neighbours(h) if how == "sum" else block.mean_neighbours(h, self_loop=how == "mean with self")
+    assert got.dtype == dtype
+    deg = block.deg.double()
+    scale = {"sum": torch.ones_like(deg), "mean": 1 / deg.clamp(min=1), "mean with self": 1 / (deg + 1)}[how]
+    rows, cols = block.dst, block.indices
+    if how == "mean with self":  # the node's own row, as one more edge
+        rows, cols = torch.cat([rows, torch.arange(nd)]), torch.cat([cols, torch.arange(nd)])
+    want = torch.zeros(nd, dim, dtype=torch.float64).index_add_(0, rows, h.detach().double()[cols]) * scale
+    tol = dict(rtol=2 ** -8, atol=1e-5) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got.double(), want, **tol)
+    g = torch.randn(nd, dim).to(dtype)
     got.backward(g)
-    want_grad = torch.zeros(ns, dim, dtype=torch.float64).index_add_(0, block.indices, (g.double() * scale)[block.dst])
-    assert h.grad.dtype == torch.bfloat16
-    torch.testing.assert_close(h.grad.double(), want_grad, rtol=2 ** -8, atol=1e-5)
+    want_grad = torch.zeros(ns, dim, dtype=torch.float64).index_add_(0, cols, (g.double() * scale)[rows])
+    assert h.grad.dtype == dtype
+    torch.testing.assert_close(h.grad.double(), want_grad, **tol)
 
 
 def test_native_mean_equals_sum_over_degree():
