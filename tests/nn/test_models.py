@@ -72,6 +72,17 @@ def test_native_sums_and_means_equal_float64_sums_rounded_once(case, dim, how, d
     torch.testing.assert_close(h.grad.double(), want_grad, **tol)
 
 
+@pytest.mark.parametrize("self_loop", [False, True])
+def test_torch_path_means_equal_the_native_ones(self_loop):
+    """Rows that are not 2-d take torch's path (as CUDA does): the same means, with GCN's self row too."""
+    _, indptr, indices, nd, ns = list(block_cases())[2]
+    block = TensorBlock.from_csc(indptr, indices, nd, ns)
+    h = torch.randn(ns, 12)
+    native = block.mean_neighbours(h, self_loop=self_loop)
+    torch.testing.assert_close(block.mean_neighbours(h.unsqueeze(1), self_loop=self_loop).squeeze(1), native)
+    torch.testing.assert_close(block.sum_neighbours(h.view(ns, 3, 4)).view(nd, 12), block.sum_neighbours(h))
+
+
 def test_native_mean_equals_sum_over_degree():
     _, indptr, indices, nd, ns = list(block_cases())[2]
     block = TensorBlock.from_csc(indptr, indices, nd, ns)
