@@ -128,9 +128,8 @@ PYBIND11_MODULE(_native, m) {
   using edge_array = py::array_t<int64_t, py::array::c_style>;
   // float32 rows, or bfloat16 rows as their int16 bits (numpy has no bfloat16); scale: None or one float32 per
   // destination row. One entry per direction, dispatching on the rows' type.
-  auto sum_rows = [](const edge_array& indptr, const edge_array& indices, const py::array& in,
-                                py::array& out, const py::object& scale, int64_t in_rows, int64_t out_rows,
-                                auto kernel) {
+  auto sum_rows = [](const edge_array& indptr, const edge_array& indices, const py::array& in, py::array& out,
+                     const py::object& scale, int64_t in_rows, int64_t out_rows, auto kernel) {
     const bool bf16 = in.dtype().is(py::dtype::of<int16_t>());
     if (!(bf16 || in.dtype().is(py::dtype::of<float>())) || !out.dtype().is(in.dtype())) {
       throw std::invalid_argument("rows must be float32, or bfloat16 as int16 bits, in and out alike");
@@ -177,7 +176,7 @@ PYBIND11_MODULE(_native, m) {
                  });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
-      py::arg("scale") = py::none(), py::arg("self_loop") = false,
+      py::arg("scale"), py::arg("self_loop"),
       "out[i] = scale[i] * (sum of src[indices[indptr[i]:indptr[i+1]]] (+ src[i] with self_loop)) (float32 or "
       "bf16-bit rows, int64 CSC).");
   m.def(
@@ -192,7 +191,7 @@ PYBIND11_MODULE(_native, m) {
                  });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
-      py::arg("num_threads"), py::arg("scale") = py::none(), py::arg("self_loop") = false,
+      py::arg("num_threads"), py::arg("scale"), py::arg("self_loop"),
       "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
 
   // Elementwise kernels' arrays: C-contiguous float32, or bfloat16 as int16 bits, all of one type and size.
@@ -213,19 +212,15 @@ PYBIND11_MODULE(_native, m) {
       [elementwise](const py::array& in, py::array& out, double p, uint64_t key, uint64_t offset, bool relu,
                     int num_threads) {
         const bool bf16 = elementwise({&in, &out}, "dropout");
-        if (!(p >= 0.0 && p < 1.0)) throw std::invalid_argument("dropout: p must be in [0, 1)");
-        const uint64_t threshold = static_cast<uint64_t>(p * 4294967296.0 + 0.5);
-        const float scale = static_cast<float>(1.0 / (1.0 - p));
         const void* i = in.data();
         void* o = out.mutable_data();
         const int64_t n = in.size();
         py::gil_scoped_release release;
         if (bf16) {
-          diskgnn::dropout(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), n, threshold, scale,
-                           key, offset, relu, num_threads);
-        } else {
-          diskgnn::dropout(static_cast<const float*>(i), static_cast<float*>(o), n, threshold, scale, key, offset,
+          diskgnn::dropout(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), n, p, key, offset,
                            relu, num_threads);
+        } else {
+          diskgnn::dropout(static_cast<const float*>(i), static_cast<float*>(o), n, p, key, offset, relu, num_threads);
         }
       },
       py::arg("in"), py::arg("out").noconvert(), py::arg("p"), py::arg("key"), py::arg("offset"), py::arg("relu"),
@@ -235,7 +230,6 @@ PYBIND11_MODULE(_native, m) {
       "relu_dropout_backward",
       [elementwise](const py::array& grad, const py::array& out, py::array& grad_in, double p, int num_threads) {
         const bool bf16 = elementwise({&grad, &out, &grad_in}, "relu_dropout_backward");
-        const float scale = static_cast<float>(1.0 / (1.0 - p));
         const void* g = grad.data();
         const void* o = out.data();
         void* gi = grad_in.mutable_data();
@@ -243,10 +237,10 @@ PYBIND11_MODULE(_native, m) {
         py::gil_scoped_release release;
         if (bf16) {
           diskgnn::relu_dropout_backward(static_cast<const diskgnn::bf16*>(g), static_cast<const diskgnn::bf16*>(o),
-                                         static_cast<diskgnn::bf16*>(gi), n, scale, num_threads);
+                                         static_cast<diskgnn::bf16*>(gi), n, p, num_threads);
         } else {
           diskgnn::relu_dropout_backward(static_cast<const float*>(g), static_cast<const float*>(o),
-                                         static_cast<float*>(gi), n, scale, num_threads);
+                                         static_cast<float*>(gi), n, p, num_threads);
         }
       },
       py::arg("grad"), py::arg("out"), py::arg("grad_in").noconvert(), py::arg("p"), py::arg("num_threads"),

@@ -42,19 +42,25 @@ void pass_positive(const T* __restrict__ grad, const T* __restrict__ out, T* __r
   for (int64_t k = 0; k < count; ++k) narrow(widen(grad[k]) * (widen(out[k]) > 0.0f ? scale : 0.0f), grad_in + k);
 }
 
+float keep_scale(double p) {
+  if (!(p >= 0.0 && p < 1.0)) throw std::invalid_argument("dropout: p must be in [0, 1)");
+  return static_cast<float>(1.0 / (1.0 - p));
+}
+
 }  // namespace
 
 template <typename T>
-void dropout(const T* in, T* out, int64_t n, uint64_t threshold, float scale, uint64_t key, uint64_t offset,
-             bool relu, int num_threads) {
+void dropout(const T* in, T* out, int64_t n, double p, uint64_t key, uint64_t offset, bool relu, int num_threads) {
+  const float scale = keep_scale(p);
   if (offset % 2) throw std::invalid_argument("dropout: the stream's offset must be even");
-  // p < 1, so the threshold is below 2^32 but may round up to it: 2^32 - 1 drops the same draws bar one
-  const uint32_t t = static_cast<uint32_t>(std::min<uint64_t>(threshold, 0xffffffffu));
+  // p < 1, so p * 2^32 is below 2^32 but may round up to it: 2^32 - 1 drops the same draws bar one
+  const uint32_t t = static_cast<uint32_t>(std::min<uint64_t>(static_cast<uint64_t>(p * 4294967296.0 + 0.5),
+                                                             0xffffffffu));
   const int parts = parts_for(n, num_threads);
   const int64_t chunks = (n + kChunk - 1) / kChunk;
-  parallel_parts(parts, [&](int p) {
+  parallel_parts(parts, [&](int part) {
     uint64_t buf[kChunk / 2];
-    for (int64_t c = chunks * p / parts; c < chunks * (p + 1) / parts; ++c) {
+    for (int64_t c = chunks * part / parts; c < chunks * (part + 1) / parts; ++c) {
       const int64_t lo = c * kChunk, count = std::min(kChunk, n - lo);
       const uint32_t* d = draws(key, offset + static_cast<uint64_t>(lo), count, buf);
       if (relu) {
@@ -67,17 +73,18 @@ void dropout(const T* in, T* out, int64_t n, uint64_t threshold, float scale, ui
 }
 
 template <typename T>
-void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, float scale, int num_threads) {
+void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, double p, int num_threads) {
+  const float scale = keep_scale(p);
   const int parts = parts_for(n, num_threads);
-  parallel_parts(parts, [&](int p) {
-    const int64_t lo = n * p / parts, hi = n * (p + 1) / parts;
+  parallel_parts(parts, [&](int part) {
+    const int64_t lo = n * part / parts, hi = n * (part + 1) / parts;
     pass_positive(grad + lo, out + lo, grad_in + lo, hi - lo, scale);
   });
 }
 
-template void dropout<float>(const float*, float*, int64_t, uint64_t, float, uint64_t, uint64_t, bool, int);
-template void dropout<bf16>(const bf16*, bf16*, int64_t, uint64_t, float, uint64_t, uint64_t, bool, int);
-template void relu_dropout_backward<float>(const float*, const float*, float*, int64_t, float, int);
-template void relu_dropout_backward<bf16>(const bf16*, const bf16*, bf16*, int64_t, float, int);
+template void dropout<float>(const float*, float*, int64_t, double, uint64_t, uint64_t, bool, int);
+template void dropout<bf16>(const bf16*, bf16*, int64_t, double, uint64_t, uint64_t, bool, int);
+template void relu_dropout_backward<float>(const float*, const float*, float*, int64_t, double, int);
+template void relu_dropout_backward<bf16>(const bf16*, const bf16*, bf16*, int64_t, double, int);
 
 }  // namespace diskgnn

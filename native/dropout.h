@@ -24,17 +24,15 @@ inline uint64_t dropout_pair(uint64_t key, uint64_t pair) {
   return z ^ (z >> 31);
 }
 
-/// @brief out[i] = in[i] * scale where the draw of element offset + i is >= threshold, else 0; threshold is
-/// p * 2^32 rounded and scale 1 / (1 - p) (the caller's); offset is even. With relu, inputs that are not
-/// positive give 0 too (ReLU then dropout in one pass). T: float or bf16 (scaled in float32, rounded once).
-/// in and out do not overlap.
+/// @brief out[i] = in[i] / (1 - p) where the draw of element offset + i is >= p * 2^32 (rounded), else 0;
+/// p in [0, 1), offset even. With relu, inputs that are not positive give 0 too (ReLU then dropout in one
+/// pass). T: float or bf16 (scaled in float32, rounded once). in and out do not overlap.
 template <typename T>
-void dropout(const T* in, T* out, int64_t n, uint64_t threshold, float scale, uint64_t key, uint64_t offset,
-             bool relu, int num_threads);
+void dropout(const T* in, T* out, int64_t n, double p, uint64_t key, uint64_t offset, bool relu, int num_threads);
 
-/// @brief ReLU-then-dropout's backward from its output: grad_in[i] = grad[i] * scale where out[i] > 0, else 0
+/// @brief ReLU-then-dropout's backward from its output: grad_in[i] = grad[i] / (1 - p) where out[i] > 0, else 0
 /// (an element passed both exactly where its output is positive).
 template <typename T>
-void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, float scale, int num_threads);
+void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, double p, int num_threads);
 
 }  // namespace diskgnn
