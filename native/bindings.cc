@@ -126,17 +126,26 @@ PYBIND11_MODULE(_native, m) {
 
   using rows_array = py::array_t<float, py::array::c_style>;
   using edge_array = py::array_t<int64_t, py::array::c_style>;
-  // float32 rows, or bfloat16 rows as their int16 bits (numpy has no bfloat16); scale: None or one float32 per
-  // destination row. One entry per direction, dispatching on the rows' type.
-  auto sum_rows = [](const edge_array& indptr, const edge_array& indices, const py::array& in, py::array& out,
-                     const py::object& scale, int64_t in_rows, int64_t out_rows, auto kernel) {
-    const bool bf16 = in.dtype().is(py::dtype::of<int16_t>());
-    if (!(bf16 || in.dtype().is(py::dtype::of<float>())) || !out.dtype().is(in.dtype())) {
-      throw std::invalid_argument("rows must be float32, or bfloat16 as int16 bits, in and out alike");
+  // The kernels' rows: C-contiguous float32, or bfloat16 as int16 bits (numpy has no bfloat16), all of one
+  // type; true for bf16. The last array is written.
+  auto rows_type = [](std::initializer_list<const py::array*> arrays, const char* what) {
+    const py::array& first = **arrays.begin();
+    const bool bf16 = first.dtype().is(py::dtype::of<int16_t>());
+    for (const py::array* a : arrays) {
+      if (!(bf16 || first.dtype().is(py::dtype::of<float>())) || !a->dtype().is(first.dtype()) ||
+          !(a->flags() & py::array::c_style)) {
+        throw std::invalid_argument(std::string(what) + ": arrays must be C-contiguous float32 (or bf16 as int16), "
+                                    "all of one type");
+      }
     }
-    if (!(in.flags() & py::array::c_style) || !(out.flags() & py::array::c_style) || !out.writeable()) {
-      throw std::invalid_argument("rows must be C-contiguous and the output writable");
-    }
+    if (!(*(arrays.end() - 1))->writeable()) throw std::invalid_argument(std::string(what) + ": output not writable");
+    return bf16;
+  };
+  // scale: None or one float32 per destination row. One entry per direction, dispatching on the rows' type.
+  auto sum_rows = [rows_type](const edge_array& indptr, const edge_array& indices, const py::array& in,
+                              py::array& out, const py::object& scale, int64_t in_rows, int64_t out_rows,
+                              auto kernel) {
+    const bool bf16 = rows_type({&in, &out}, "csc_sum");
     if (in.ndim() != 2 || out.ndim() != 2 || in.shape(1) != out.shape(1)) {
       throw std::invalid_argument("rows must be 2-d arrays of the same width");
     }
@@ -194,18 +203,12 @@ PYBIND11_MODULE(_native, m) {
       py::arg("num_threads"), py::arg("scale"), py::arg("self_loop"),
       "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
 
-  // Elementwise kernels' arrays: C-contiguous float32, or bfloat16 as int16 bits, all of one type and size.
-  auto elementwise = [](std::initializer_list<const py::array*> arrays, const char* what) {
-    const py::array& first = **arrays.begin();
-    const bool bf16 = first.dtype().is(py::dtype::of<int16_t>());
+  // Elementwise kernels' arrays: rows_type's, all of one size.
+  auto elementwise = [rows_type](std::initializer_list<const py::array*> arrays, const char* what) {
     for (const py::array* a : arrays) {
-      if (!(bf16 || first.dtype().is(py::dtype::of<float>())) || !a->dtype().is(first.dtype()) ||
-          a->size() != first.size() || !(a->flags() & py::array::c_style)) {
-        throw std::invalid_argument(std::string(what) + ": arrays must be C-contiguous float32 (or bf16 as int16) "
-                                    "of one size");
-      }
+      if (a->size() != (*arrays.begin())->size()) throw std::invalid_argument(std::string(what) + ": sizes differ");
     }
-    return bf16;
+    return rows_type(arrays, what);
   };
   m.def(
       "dropout",

@@ -17,8 +17,8 @@ import torch
 from .. import defaults
 
 
-def _rows(t: torch.Tensor):
-    """A CPU tensor's rows as numpy sees them: bfloat16 as its int16 bits (numpy has no bfloat16)."""
+def native_view(t: torch.Tensor):
+    """A CPU tensor as the native kernels take it: bfloat16 as its int16 bits (numpy has no bfloat16)."""
     return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
@@ -33,7 +33,7 @@ class NeighbourSum(torch.autograd.Function):
         h = h.detach().contiguous()
         out = torch.empty((block.num_dst, h.shape[1]), dtype=h.dtype)
         scale_rows = None if scale is None else scale.numpy()
-        _native.csc_sum(block.indptr.numpy(), block.indices.numpy(), _rows(h), _rows(out),
+        _native.csc_sum(block.indptr.numpy(), block.indices.numpy(), native_view(h), native_view(out),
                         defaults.aggregate_threads(), scale_rows, self_loop)
         ctx.block, ctx.num_src, ctx.scale, ctx.self_loop = block, h.shape[0], scale_rows, self_loop
         return out
@@ -46,7 +46,7 @@ class NeighbourSum(torch.autograd.Function):
             return None, None, None, None
         grad_out = grad_out.contiguous()
         grad = torch.empty((ctx.num_src, grad_out.shape[1]), dtype=grad_out.dtype)
-        _native.csc_sum_transpose(ctx.block.indptr.numpy(), ctx.block.indices.numpy(), _rows(grad_out), _rows(grad),
+        _native.csc_sum_transpose(ctx.block.indptr.numpy(), ctx.block.indices.numpy(), native_view(grad_out), native_view(grad),
                                   defaults.aggregate_threads(), ctx.scale, ctx.self_loop)
         return grad, None, None, None
 

@@ -25,7 +25,6 @@ class TensorBlock:
     indptr: torch.Tensor  # int64[num_dst + 1]
     indices: torch.Tensor  # int64[E], source local ids
     dst: torch.Tensor  # int64[E], destination of each edge (indptr expanded)
-    deg: torch.Tensor  # float32[num_dst, 1], in-degree
     inv_deg: torch.Tensor  # float32[num_dst], 1 / max(deg, 1): a mean's scale (0 neighbours: a zero mean)
     inv_deg_self: torch.Tensor  # float32[num_dst], 1 / (deg + 1): the scale of a mean with the node itself
     hag: object = None  # its HAG (loading/hag.py), summed through on the CPU where it pays
@@ -37,11 +36,16 @@ class TensorBlock:
         dst = np.repeat(np.arange(num_dst, dtype=np.int64), counts)
         deg = counts.astype(np.float32)
         return cls(num_dst, num_src, torch.from_numpy(indptr), torch.from_numpy(np.asarray(indices, dtype=np.int64)),
-                   torch.from_numpy(dst), torch.from_numpy(deg).unsqueeze(1),
-                   torch.from_numpy(1 / np.maximum(deg, np.float32(1))), torch.from_numpy(1 / (deg + np.float32(1))))
+                   torch.from_numpy(dst), torch.from_numpy(1 / np.maximum(deg, np.float32(1))),
+                   torch.from_numpy(1 / (deg + np.float32(1))))
+
+    @property
+    def deg(self) -> torch.Tensor:
+        """float32[num_dst, 1], each destination's in-degree."""
+        return (self.indptr[1:] - self.indptr[:-1]).to(torch.float32).unsqueeze(1)
 
     def _map(self, fn) -> "TensorBlock":
-        return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst), fn(self.deg),
+        return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst),
                            fn(self.inv_deg), fn(self.inv_deg_self), self.hag)
 
     def to(self, device, non_blocking: bool = False) -> "TensorBlock":
@@ -64,10 +68,10 @@ class TensorBlock:
         if h.device.type == "cpu" and h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16) \
                 and self.hag is None:
             return NeighbourSum.apply(h, self, scale, self_loop)
-        wide = torch.float32 if h.dtype in (torch.bfloat16, torch.float16) else h.dtype
         if self.hag is not None and h.device.type == "cpu" and h.dim() == 2:
             total = HagSum.apply(h.to(torch.float32), self)  # HAG's kernels are float32's
         else:
+            wide = torch.float32 if h.dtype in (torch.bfloat16, torch.float16) else h.dtype
             total = torch.zeros((self.num_dst,) + tuple(h.shape[1:]), dtype=wide, device=h.device)
             total = total.index_add(0, self.dst, h[self.indices].to(wide))
         if self_loop:

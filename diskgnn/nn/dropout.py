@@ -2,8 +2,9 @@
 
 torch's CPU `bernoulli_` costs ~15 ns an element here, a third of a train step; a numpy mask took four
 passes (draw, compare, scale, cast). The native kernel (native/dropout.h) keeps element i where a
-counter-based hash of (key, position) clears p (one 64-bit hash per two elements), so backward recomputes the same mask from two integers,
-bf16 activations stay bf16, and a checkpoint keeps the stream as (key, counter). The ReLU before it runs
+counter-based hash of (key, position) clears p (one 64-bit hash per two elements), so backward
+recomputes the same mask from two integers, bf16 activations stay bf16, and a checkpoint keeps the
+stream as (key, counter). The ReLU before it runs
 in the same pass (`relu=True`), its backward from the output alone. Other devices use torch's.
 """
 
@@ -16,10 +17,11 @@ from torch import nn
 
 from .. import defaults
 from ..errors import DiskgnnError
+from ..loading.aggregate import native_view
 
 
 def _flat(t: torch.Tensor):
-    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).reshape(-1).numpy()
+    return native_view(t.reshape(-1))
 
 
 def native_dropout(h: torch.Tensor, p: float, key: int, offset: int, relu: bool = False) -> torch.Tensor:
