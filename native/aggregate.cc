@@ -29,8 +29,8 @@ void check_indices(const int64_t* indptr, const int64_t* indices, int64_t num_ds
 
 template <typename T>
 void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* src, int64_t num_src,
-             int64_t dim, const float* scale, bool self_loop, T* out, int num_threads) {
-  check_indices(indptr, indices, num_dst, num_src);
+             int64_t dim, const float* scale, bool self_loop, T* out, int num_threads, const AggNodes& agg) {
+  check_indices(indptr, indices, num_dst, num_src + agg.count);
   if (self_loop && num_dst > num_src) throw std::invalid_argument("csc_sum: a self loop needs num_dst <= num_src");
   const int parts = parts_for(indptr[num_dst] * dim, num_threads);
   parallel_parts(parts, [&](int p) {
@@ -47,8 +47,14 @@ void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, con
         std::fill(acc.begin(), acc.end(), 0.0f);
       }
       for (int64_t e = indptr[i]; e < indptr[i + 1]; ++e) {
-        const T* s = src + indices[e] * dim;
-        for (int64_t c = 0; c < dim; ++c) acc[c] += widen(s[c]);
+        const int64_t x = indices[e];
+        if (x < num_src) {
+          const T* s = src + x * dim;
+          for (int64_t c = 0; c < dim; ++c) acc[c] += widen(s[c]);
+        } else {
+          const float* s = agg.rows + (x - num_src) * dim;
+          for (int64_t c = 0; c < dim; ++c) acc[c] += s[c];
+        }
       }
       const float k = scale ? scale[i] : 1.0f;
       T* row = out + i * dim;
@@ -60,22 +66,23 @@ void csc_sum(const int64_t* indptr, const int64_t* indices, int64_t num_dst, con
 template <typename T>
 void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t num_dst, const T* grad_out,
                        int64_t num_src, int64_t dim, const float* scale, bool self_loop, T* grad_src,
-                       int num_threads) {
-  check_indices(indptr, indices, num_dst, num_src);
+                       int num_threads, const AggNodes& agg) {
+  check_indices(indptr, indices, num_dst, num_src + agg.count);
   if (self_loop && num_dst > num_src) throw std::invalid_argument("csc_sum: a self loop needs num_dst <= num_src");
-  const int parts = column_parts(indptr[num_dst] * dim, dim, num_threads);
+  const int parts = column_parts((indptr[num_dst] + 2 * agg.count) * dim, dim, num_threads);
   parallel_parts(parts, [&](int p) {
     const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts, w = c1 - c0;
     // float32 sums: in place for float rows, in a scratch of this part's columns for bf16 ones
     std::vector<float> scratch(std::is_same_v<T, float> ? 0 : static_cast<size_t>(num_src * w));
     auto target = [&](int64_t r) {
+      if (r >= num_src) return agg.rows + (r - num_src) * dim + c0;
       if constexpr (std::is_same_v<T, float>) {
         return grad_src + r * dim + c0;
       } else {
         return scratch.data() + r * w;
       }
     };
-    for (int64_t r = 0; r < num_src; ++r) std::memset(target(r), 0, sizeof(float) * w);
+    for (int64_t r = 0; r < num_src + agg.count; ++r) std::memset(target(r), 0, sizeof(float) * w);
     for (int64_t i = 0; i < num_dst; ++i) {
       const T* g = grad_out + i * dim + c0;
       const float k = scale ? scale[i] : 1.0f;
@@ -88,6 +95,15 @@ void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t nu
         for (int64_t c = 0; c < w; ++c) d[c] += k * widen(g[c]);
       }
     }
+    for (int64_t n = agg.count - 1; n >= 0; --n) {  // later levels first: a node's gradient is complete
+      const float* g = target(num_src + n);
+      float* a = target(agg.inputs[2 * n]);
+      float* b = target(agg.inputs[2 * n + 1]);
+      for (int64_t c = 0; c < w; ++c) {
+        a[c] += g[c];
+        b[c] += g[c];
+      }
+    }
     if constexpr (!std::is_same_v<T, float>) {
       for (int64_t r = 0; r < num_src; ++r) {
         for (int64_t c = 0; c < w; ++c) narrow(scratch[r * w + c], grad_src + r * dim + c0 + c);
@@ -97,12 +113,12 @@ void csc_sum_transpose(const int64_t* indptr, const int64_t* indices, int64_t nu
 }
 
 template void csc_sum<float>(const int64_t*, const int64_t*, int64_t, const float*, int64_t, int64_t, const float*,
-                             bool, float*, int);
+                             bool, float*, int, const AggNodes&);
 template void csc_sum<bf16>(const int64_t*, const int64_t*, int64_t, const bf16*, int64_t, int64_t, const float*,
-                            bool, bf16*, int);
+                            bool, bf16*, int, const AggNodes&);
 template void csc_sum_transpose<float>(const int64_t*, const int64_t*, int64_t, const float*, int64_t, int64_t,
-                                       const float*, bool, float*, int);
+                                       const float*, bool, float*, int, const AggNodes&);
 template void csc_sum_transpose<bf16>(const int64_t*, const int64_t*, int64_t, const bf16*, int64_t, int64_t,
-                                      const float*, bool, bf16*, int);
+                                      const float*, bool, bf16*, int, const AggNodes&);
 
 }  // namespace diskgnn

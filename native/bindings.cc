@@ -124,7 +124,6 @@ PYBIND11_MODULE(_native, m) {
         return d;
       });
 
-  using rows_array = py::array_t<float, py::array::c_style>;
   using edge_array = py::array_t<int64_t, py::array::c_style>;
   // The kernels' rows: C-contiguous float32, or bfloat16 as int16 bits (numpy has no bfloat16), all of one
   // type; true for bf16. The last array is written.
@@ -142,17 +141,15 @@ PYBIND11_MODULE(_native, m) {
     return bf16;
   };
   // scale: None or one float32 per destination row. One entry per direction, dispatching on the rows' type.
-  auto sum_rows = [rows_type](const edge_array& indptr, const edge_array& indices, const py::array& in,
-                              py::array& out, const py::object& scale, int64_t in_rows, int64_t out_rows,
-                              auto kernel) {
+  // The sums' rows and scale checked, then `kernel` run on them as float or bf16 without the GIL.
+  auto sum_rows = [rows_type](int64_t num_dst, const py::array& in, py::array& out, const py::object& scale,
+                              int64_t in_rows, int64_t out_rows, auto kernel) {
     const bool bf16 = rows_type({&in, &out}, "csc_sum");
     if (in.ndim() != 2 || out.ndim() != 2 || in.shape(1) != out.shape(1)) {
       throw std::invalid_argument("rows must be 2-d arrays of the same width");
     }
-    const int64_t num_dst = indptr.size() - 1;
-    if (indptr.size() < 1 || indices.size() < indptr.data()[num_dst] || in.shape(0) != in_rows ||
-        out.shape(0) != out_rows) {
-      throw std::invalid_argument("indptr, indices and row counts do not match");
+    if (in.shape(0) != in_rows || out.shape(0) != out_rows) {
+      throw std::invalid_argument("row counts do not match the block");
     }
     const float* k = nullptr;
     py::array_t<float, py::array::c_style | py::array::forcecast> scales;
@@ -168,21 +165,26 @@ PYBIND11_MODULE(_native, m) {
     const int64_t dim = in.shape(1);
     py::gil_scoped_release release;
     if (bf16) {
-      kernel(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), num_dst, dim, k);
+      kernel(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), dim, k);
     } else {
-      kernel(static_cast<const float*>(i), static_cast<float*>(o), num_dst, dim, k);
+      kernel(static_cast<const float*>(i), static_cast<float*>(o), dim, k);
     }
+  };
+  auto csc_dst = [](const edge_array& indptr, const edge_array& indices) {
+    const int64_t num_dst = indptr.size() - 1;
+    if (indptr.size() < 1 || indices.size() < indptr.data()[num_dst]) {
+      throw std::invalid_argument("indptr and indices do not match");
+    }
+    return num_dst;
   };
   m.def(
       "csc_sum",
-      [sum_rows](const edge_array& indptr, const edge_array& indices, const py::array& src, py::array& out,
-                 int num_threads, const py::object& scale, bool self_loop) {
-        const int64_t num_src = src.ndim() == 2 ? src.shape(0) : 0;
-        sum_rows(indptr, indices, src, out, scale, num_src, indptr.size() - 1,
-                 [&](auto in, auto o, int64_t num_dst, int64_t dim, const float* k) {
-                   diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, in, num_src, dim, k, self_loop, o,
-                                    num_threads);
-                 });
+      [sum_rows, csc_dst](const edge_array& indptr, const edge_array& indices, const py::array& src, py::array& out,
+                          int num_threads, const py::object& scale, bool self_loop) {
+        const int64_t num_dst = csc_dst(indptr, indices), num_src = src.ndim() == 2 ? src.shape(0) : 0;
+        sum_rows(num_dst, src, out, scale, num_src, num_dst, [&](auto in, auto o, int64_t dim, const float* k) {
+          diskgnn::csc_sum(indptr.data(), indices.data(), num_dst, in, num_src, dim, k, self_loop, o, num_threads);
+        });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
       py::arg("scale"), py::arg("self_loop"),
@@ -190,14 +192,13 @@ PYBIND11_MODULE(_native, m) {
       "bf16-bit rows, int64 CSC).");
   m.def(
       "csc_sum_transpose",
-      [sum_rows](const edge_array& indptr, const edge_array& indices, const py::array& grad_out, py::array& grad_src,
-                 int num_threads, const py::object& scale, bool self_loop) {
-        const int64_t num_src = grad_src.ndim() == 2 ? grad_src.shape(0) : 0;
-        sum_rows(indptr, indices, grad_out, grad_src, scale, indptr.size() - 1, num_src,
-                 [&](auto g, auto o, int64_t num_dst, int64_t dim, const float* k) {
-                   diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, g, num_src, dim, k, self_loop,
-                                              o, num_threads);
-                 });
+      [sum_rows, csc_dst](const edge_array& indptr, const edge_array& indices, const py::array& grad_out,
+                          py::array& grad_src, int num_threads, const py::object& scale, bool self_loop) {
+        const int64_t num_dst = csc_dst(indptr, indices), num_src = grad_src.ndim() == 2 ? grad_src.shape(0) : 0;
+        sum_rows(num_dst, grad_out, grad_src, scale, num_dst, num_src, [&](auto g, auto o, int64_t dim, const float* k) {
+          diskgnn::csc_sum_transpose(indptr.data(), indices.data(), num_dst, g, num_src, dim, k, self_loop, o,
+                                     num_threads);
+        });
       },
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
       py::arg("num_threads"), py::arg("scale"), py::arg("self_loop"),
@@ -278,35 +279,29 @@ PYBIND11_MODULE(_native, m) {
       py::arg("max_depth"), py::arg("max_degree"), "The greedy HAG of a CSC block (native/hag.h).");
   m.def(
       "hag_sum",
-      [](const diskgnn::Hag& hag, const rows_array& src, rows_array& out, int num_threads) {
+      [sum_rows](const diskgnn::Hag& hag, const py::array& src, py::array& out, int num_threads,
+                 const py::object& scale, bool self_loop) {
         const int64_t num_dst = static_cast<int64_t>(hag.indptr.size()) - 1;
-        if (src.ndim() != 2 || out.ndim() != 2 || src.shape(1) != out.shape(1) || out.shape(0) != num_dst ||
-            src.shape(0) != hag.num_src) {
-          throw std::invalid_argument("hag_sum: rows do not match the HAG");
-        }
-        std::unique_ptr<float[]> agg(new float[hag.inputs.size() / 2 * src.shape(1)]);  // every row written
-        float* o = out.mutable_data();
-        py::gil_scoped_release release;
-        diskgnn::hag_sum(hag, num_dst, src.data(), src.shape(0), src.shape(1), agg.get(), o, num_threads);
+        sum_rows(num_dst, src, out, scale, hag.num_src, num_dst, [&](auto in, auto o, int64_t dim, const float* k) {
+          std::vector<float> agg(hag.inputs.size() / 2 * dim);
+          diskgnn::hag_sum(hag, in, dim, k, self_loop, agg.data(), o, num_threads);
+        });
       },
-      py::arg("hag"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"),
-      "out[i] = the sum of destination i's sources, through the HAG.");
+      py::arg("hag"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"), py::arg("scale"),
+      py::arg("self_loop"), "csc_sum over the HAG's block, through its aggregation nodes.");
   m.def(
       "hag_sum_transpose",
-      [](const diskgnn::Hag& hag, const rows_array& grad_out, rows_array& grad_src, int num_threads) {
+      [sum_rows](const diskgnn::Hag& hag, const py::array& grad_out, py::array& grad_src, int num_threads,
+                 const py::object& scale, bool self_loop) {
         const int64_t num_dst = static_cast<int64_t>(hag.indptr.size()) - 1;
-        if (grad_out.ndim() != 2 || grad_src.ndim() != 2 || grad_out.shape(1) != grad_src.shape(1) ||
-            grad_out.shape(0) != num_dst || grad_src.shape(0) != hag.num_src) {
-          throw std::invalid_argument("hag_sum_transpose: rows do not match the HAG");
-        }
-        std::unique_ptr<float[]> grad_agg(new float[hag.inputs.size() / 2 * grad_out.shape(1)]);  // zeroed inside
-        float* g = grad_src.mutable_data();
-        py::gil_scoped_release release;
-        diskgnn::hag_sum_transpose(hag, num_dst, grad_out.data(), grad_src.shape(0), grad_out.shape(1),
-                                   grad_agg.get(), g, num_threads);
+        sum_rows(num_dst, grad_out, grad_src, scale, num_dst, hag.num_src,
+                 [&](auto g, auto o, int64_t dim, const float* k) {
+                   std::vector<float> grad_agg(hag.inputs.size() / 2 * dim);
+                   diskgnn::hag_sum_transpose(hag, g, dim, k, self_loop, grad_agg.data(), o, num_threads);
+                 });
       },
       py::arg("hag"), py::arg("grad_out"), py::arg("grad_src").noconvert(), py::arg("num_threads"),
-      "hag_sum's transpose, for backward.");
+      py::arg("scale"), py::arg("self_loop"), "hag_sum's transpose, for backward.");
 
   py::class_<diskgnn::CscView>(m, "CscView", "A dataset's CSC topology, memory-mapped read-only.")
       .def(py::init<const std::string&, const std::string&, int64_t, int64_t, int>(), py::arg("indptr_path"),

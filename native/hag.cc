@@ -1,5 +1,6 @@
 #include "hag.h"
 
+#include "aggregate.h"
 #include "parallel.h"
 
 #include <algorithm>
@@ -131,71 +132,55 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
   return hag;
 }
 
-void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src, int64_t dim, float* agg, float* out,
+namespace {
+
+AggNodes nodes_of(const Hag& hag, float* rows) {
+  return {hag.inputs.data(), static_cast<int64_t>(hag.inputs.size()) / 2, rows};
+}
+
+}  // namespace
+
+template <typename T>
+void hag_sum(const Hag& hag, const T* src, int64_t dim, const float* scale, bool self_loop, float* agg, T* out,
              int num_threads) {
+  const int64_t num_src = hag.num_src;
   const int64_t* in = hag.inputs.data();
-  const int64_t* ptr = hag.indptr.data();
-  const int64_t* idx = hag.indices.data();
-  const auto row = [&](int64_t x) { return x < num_src ? src + x * dim : agg + (x - num_src) * dim; };
-  // Whole rows per thread, as csc_sum: a level's nodes split by rows (each reads earlier levels only), then
-  // the destinations by edge-balanced row ranges.
+  const auto add = [&](float* o, int64_t x) {
+    if (x < num_src) {
+      const T* s = src + x * dim;
+      for (int64_t c = 0; c < dim; ++c) o[c] += widen(s[c]);
+    } else {
+      const float* s = agg + (x - num_src) * dim;
+      for (int64_t c = 0; c < dim; ++c) o[c] += s[c];
+    }
+  };
+  // A level's nodes read earlier levels only: one pass each, threads over its rows.
   for (size_t l = 0; l + 1 < hag.level_bounds.size(); ++l) {
     const int64_t lo = hag.level_bounds[l], n = hag.level_bounds[l + 1] - lo;
     const int parts = parts_for(2 * n * dim, num_threads);
     parallel_parts(parts, [&](int p) {
       for (int64_t k = lo + n * p / parts; k < lo + n * (p + 1) / parts; ++k) {
-        const float* a = row(in[2 * k]);
-        const float* b = row(in[2 * k + 1]);
         float* o = agg + k * dim;
-        for (int64_t c = 0; c < dim; ++c) o[c] = a[c] + b[c];
+        std::fill(o, o + dim, 0.0f);
+        add(o, in[2 * k]);
+        add(o, in[2 * k + 1]);
       }
     });
   }
-  const int64_t edges = ptr[num_dst];
-  const int parts = parts_for(edges * dim, num_threads);
-  parallel_parts(parts, [&](int p) {
-    const int64_t lo = std::lower_bound(ptr, ptr + num_dst, edges * p / parts) - ptr;
-    const int64_t hi = p == parts - 1 ? num_dst : std::lower_bound(ptr, ptr + num_dst, edges * (p + 1) / parts) - ptr;
-    for (int64_t i = lo; i < hi; ++i) {
-      float* o = out + i * dim;
-      std::fill(o, o + dim, 0.0f);
-      for (int64_t e = ptr[i]; e < ptr[i + 1]; ++e) {
-        const float* s = row(idx[e]);
-        for (int64_t c = 0; c < dim; ++c) o[c] += s[c];
-      }
-    }
-  });
+  csc_sum(hag.indptr.data(), hag.indices.data(), static_cast<int64_t>(hag.indptr.size()) - 1, src, num_src, dim,
+          scale, self_loop, out, num_threads, nodes_of(hag, agg));
 }
 
-void hag_sum_transpose(const Hag& hag, int64_t num_dst, const float* grad_out, int64_t num_src, int64_t dim,
-                       float* grad_agg, float* grad_src, int num_threads) {
-  const int64_t num_agg = static_cast<int64_t>(hag.inputs.size()) / 2;
-  const int64_t* in = hag.inputs.data();
-  const int64_t* ptr = hag.indptr.data();
-  const int64_t* idx = hag.indices.data();
-  const int parts = column_parts((static_cast<int64_t>(hag.indices.size()) + 2 * num_agg) * dim, dim, num_threads);
-  parallel_parts(parts, [&](int p) {
-    const int64_t c0 = dim * p / parts, c1 = dim * (p + 1) / parts;
-    const auto row = [&](int64_t x) { return x < num_src ? grad_src + x * dim : grad_agg + (x - num_src) * dim; };
-    for (int64_t r = 0; r < num_src; ++r) std::fill(grad_src + r * dim + c0, grad_src + r * dim + c1, 0.0f);
-    for (int64_t k = 0; k < num_agg; ++k) std::fill(grad_agg + k * dim + c0, grad_agg + k * dim + c1, 0.0f);
-    for (int64_t i = 0; i < num_dst; ++i) {
-      const float* g = grad_out + i * dim;
-      for (int64_t e = ptr[i]; e < ptr[i + 1]; ++e) {
-        float* d = row(idx[e]);
-        for (int64_t c = c0; c < c1; ++c) d[c] += g[c];
-      }
-    }
-    for (int64_t k = num_agg - 1; k >= 0; --k) {  // levels in reverse: a node's gradient is complete
-      const float* g = grad_agg + k * dim;
-      float* a = row(in[2 * k]);
-      float* b = row(in[2 * k + 1]);
-      for (int64_t c = c0; c < c1; ++c) {
-        a[c] += g[c];
-        b[c] += g[c];
-      }
-    }
-  });
+template <typename T>
+void hag_sum_transpose(const Hag& hag, const T* grad_out, int64_t dim, const float* scale, bool self_loop,
+                       float* grad_agg, T* grad_src, int num_threads) {
+  csc_sum_transpose(hag.indptr.data(), hag.indices.data(), static_cast<int64_t>(hag.indptr.size()) - 1, grad_out,
+                    hag.num_src, dim, scale, self_loop, grad_src, num_threads, nodes_of(hag, grad_agg));
 }
+
+template void hag_sum<float>(const Hag&, const float*, int64_t, const float*, bool, float*, float*, int);
+template void hag_sum<bf16>(const Hag&, const bf16*, int64_t, const float*, bool, float*, bf16*, int);
+template void hag_sum_transpose<float>(const Hag&, const float*, int64_t, const float*, bool, float*, float*, int);
+template void hag_sum_transpose<bf16>(const Hag&, const bf16*, int64_t, const float*, bool, float*, bf16*, int);
 
 }  // namespace diskgnn

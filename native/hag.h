@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "bf16.h"
+
 namespace diskgnn {
 
 struct Hag {
@@ -29,14 +31,17 @@ struct Hag {
 Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_src, int64_t capacity,
                int64_t min_shared, int max_depth, int64_t max_degree);
 
-/// @brief out[i] = sum over the original list of destination i, computed through the HAG: each level's
-/// aggregation nodes into `agg` (num_agg x dim scratch), then the rewritten lists. Threads take row ranges.
-void hag_sum(const Hag& hag, int64_t num_dst, const float* src, int64_t num_src, int64_t dim, float* agg, float* out,
+/// @brief csc_sum through the HAG (out[i] = scale[i] * (the sum over destination i's original list, plus src[i]
+/// with self_loop)): each level's aggregation nodes into `agg` (num_agg x dim float32 scratch, threads over
+/// rows), then the rewritten lists by csc_sum itself. T: float or bf16.
+template <typename T>
+void hag_sum(const Hag& hag, const T* src, int64_t dim, const float* scale, bool self_loop, float* agg, T* out,
              int num_threads);
 
-/// @brief The transpose, for backward: grad_src (overwritten) from grad_out, through the levels in reverse.
-/// Threads take column ranges, so that scattered rows never collide.
-void hag_sum_transpose(const Hag& hag, int64_t num_dst, const float* grad_out, int64_t num_src, int64_t dim,
-                       float* grad_agg, float* grad_src, int num_threads);
+/// @brief The transpose, for backward: csc_sum_transpose over the rewritten lists, the aggregation nodes'
+/// gradients in `grad_agg` (scratch) passed on through the levels in reverse. grad_src is overwritten.
+template <typename T>
+void hag_sum_transpose(const Hag& hag, const T* grad_out, int64_t dim, const float* scale, bool self_loop,
+                       float* grad_agg, T* grad_src, int num_threads);
 
 }  // namespace diskgnn

@@ -86,31 +86,63 @@ def test_every_destination_covers_exactly_its_sources(case):
         assert hag.frozen == 2  # multisets are summed as they are
 
 
-@pytest.mark.parametrize("case", CASES)
+def oracle(block, h, how):
+    """Plain torch: index_add_ over every edge, then the mean's scale and GCN's self row."""
+    total = torch.zeros(block.num_dst, h.shape[1], dtype=torch.float32).index_add_(0, block.dst,
+                                                                                   h[block.indices].float())
+    if how == "gcn":
+        return (total + h[: block.num_dst].float()) * block.inv_deg_self[:, None]
+    return total * block.inv_deg[:, None] if how == "mean" else total
+
+
+# GCN's self row needs a block's layout (destinations first among the sources): "no sources" has none.
+@pytest.mark.parametrize("case,how", [(c, how) for c in CASES for how in ("sum", "mean", "gcn")
+                                      if not (how == "gcn" and len(CASES[c][0]) > CASES[c][1])])
 @pytest.mark.parametrize("dim", [1, 33, 128])
-def test_hag_sums_equal_index_add_forward_and_backward(case, dim):
+def test_hag_sums_equal_index_add_forward_and_backward(case, how, dim):
     lists, num_src = CASES[case]
     block = block_of(lists, num_src)
     hag, _, _ = search(block)
     h = torch.randn(num_src, dim, generator=torch.Generator().manual_seed(dim))
     grad = torch.randn(block.num_dst, dim, generator=torch.Generator().manual_seed(7))
     x = h.clone().requires_grad_()
-    ref = torch.zeros(block.num_dst, dim).index_add_(0, block.dst, x[block.indices])
+    ref = oracle(block, x, how)
     ref.backward(grad)
     block.hag = hag
     y = h.clone().requires_grad_()
-    out = block.sum_neighbours(y)
+    out = block.sum_neighbours(y) if how == "sum" else block.mean_neighbours(y, self_loop=how == "gcn")
     out.backward(grad)
     tol = 1e-5 * max(1.0, float(np.sqrt(max((len(v) for v in lists), default=1))))
     torch.testing.assert_close(out, ref.detach(), rtol=1e-5, atol=tol)
     torch.testing.assert_close(y.grad, x.grad, rtol=1e-5, atol=tol)
 
 
+@pytest.mark.parametrize("case", ["shared groups", "power law", "empty"])
+def test_hag_sums_of_bf16_rows_equal_the_plain_bf16_sums(case):
+    """bf16 rows through a HAG: summed in float32 like the plain kernel, so only the partial sums' order differs
+    (both round once, on the way out)."""
+    lists, num_src = CASES[case]
+    block = block_of(lists, num_src)
+    h = torch.randn(num_src, 64, generator=torch.Generator().manual_seed(3)).bfloat16()
+    grad = torch.randn(block.num_dst, 64, generator=torch.Generator().manual_seed(4)).bfloat16()
+    runs = []
+    for hag in (None, search(block)[0]):
+        block.hag = hag
+        y = h.clone().requires_grad_()
+        out = block.mean_neighbours(y, self_loop=block.num_dst <= num_src)
+        out.backward(grad)
+        assert out.dtype == torch.bfloat16 and y.grad.dtype == torch.bfloat16
+        runs.append((out.float(), y.grad.float()))
+    for plain, through in zip(*runs):
+        torch.testing.assert_close(through, plain, rtol=1e-2, atol=1e-2)
+
+
 def test_a_hag_refuses_rows_of_another_block():
     lists, num_src = CASES["all the same"]
     hag, _, _ = search(block_of(lists, num_src))
-    with pytest.raises(ValueError, match="rows do not match"):
-        _native.hag_sum(hag, np.zeros((num_src + 1, 4), np.float32), np.zeros((len(lists), 4), np.float32), 1)
+    with pytest.raises(ValueError, match="row counts do not match the block"):
+        _native.hag_sum(hag, np.zeros((num_src + 1, 4), np.float32), np.zeros((len(lists), 4), np.float32), 1, None,
+                        False)
 
 
 def test_builder_runs_the_hag_only_where_the_cost_model_says_it_pays(monkeypatch):
