@@ -95,7 +95,16 @@ PIPELINE_POLL_S = _knob("PIPELINE_POLL_S", 0.05, "float",
 AGGREGATE_THREADS = _knob("AGGREGATE_THREADS", 0, "int",
                           "threads of the native neighbour sums (0: as many as torch uses)")
 HAG_MIN_SAVING = _knob("HAG_MIN_SAVING", 0.1, "float",
-                       "--hag auto: a block runs its HAG only where it sums at least this share fewer rows")
+                       "--hag auto: a block runs its HAG only where the cost model predicts at least this share "
+                       "less time")
+# Measured by `python -m bench.hag` (docs/benchmarks.md, "HAG"), in units of one mean row read of a plain sum.
+HAG_SAVED_ROW_COST = _knob("HAG_SAVED_ROW_COST", 0.0, "float",
+                           "HAG cost model: what a row read the HAG removes cost (the shared rows are the cached "
+                           "ones; measured 0 on this machine's whole graphs)")
+HAG_NODE_COST = _knob("HAG_NODE_COST", 3.0, "float",
+                      "HAG cost model: one aggregation node (its two reads, its write and its level's pass)")
+HAG_GRAPH_CHUNK = _knob("HAG_GRAPH_CHUNK", 16384, "int",
+                        "destinations per block of a whole graph's stored HAG (and of --eval full through it)")
 HAG_MAX_DEGREE = _knob("HAG_MAX_DEGREE", 256, "int",
                        "HAG search: destinations with more sources keep their lists (their pairs would dominate)")
 HAG_MAX_DEPTH = _knob("HAG_MAX_DEPTH", 10, "int", "HAG search: levels of aggregation nodes at most")

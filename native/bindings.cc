@@ -264,6 +264,23 @@ PYBIND11_MODULE(_native, m) {
       .def_readonly("num_src", &diskgnn::Hag::num_src)
       .def_readonly("frozen", &diskgnn::Hag::frozen);
   m.def(
+      "hag_from_arrays",
+      [](int64_t num_src, int64_t frozen, const edge_array& inputs, const edge_array& level_bounds,
+         const edge_array& indptr, const edge_array& indices) {
+        const auto vec = [](const edge_array& a) { return std::vector<int64_t>(a.data(), a.data() + a.size()); };
+        diskgnn::Hag hag;
+        hag.num_src = num_src;
+        hag.frozen = frozen;
+        hag.inputs = vec(inputs);
+        hag.level_bounds = vec(level_bounds);
+        hag.indptr = vec(indptr);
+        hag.indices = vec(indices);
+        diskgnn::hag_check(hag);
+        return hag;
+      },
+      py::arg("num_src"), py::arg("frozen"), py::arg("inputs"), py::arg("level_bounds"), py::arg("indptr"),
+      py::arg("indices"), "A stored HAG back from its arrays, checked as hag_check does (native/hag.h).");
+  m.def(
       "hag_search",
       [](const edge_array& indptr, const edge_array& indices, int64_t num_src, int64_t capacity, int64_t min_shared,
          int max_depth, int64_t max_degree) {

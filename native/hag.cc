@@ -7,6 +7,7 @@
 #include <cstring>
 #include <queue>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
 #include <utility>
 
@@ -130,6 +131,33 @@ Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, i
     hag.indptr.push_back(static_cast<int64_t>(hag.indices.size()));
   }
   return hag;
+}
+
+void hag_check(const Hag& hag) {
+  const auto bad = [](const char* what) { throw std::invalid_argument(std::string("HAG: ") + what); };
+  const int64_t num_agg = static_cast<int64_t>(hag.inputs.size()) / 2;
+  const auto& lb = hag.level_bounds;
+  if (hag.num_src < 0 || hag.inputs.size() % 2 || lb.empty() || lb.front() != 0 || lb.back() != num_agg) {
+    bad("levels do not cover the aggregation nodes");
+  }
+  for (size_t l = 0; l + 1 < lb.size(); ++l) {
+    if (lb[l + 1] < lb[l]) bad("level bounds decrease");
+    for (int64_t k = lb[l]; k < lb[l + 1]; ++k) {
+      for (int64_t x : {hag.inputs[2 * k], hag.inputs[2 * k + 1]}) {
+        if (x < 0 || x >= hag.num_src + lb[l]) bad("an aggregation node reads a node of its own or a later level");
+      }
+    }
+  }
+  const auto& ptr = hag.indptr;
+  if (ptr.empty() || ptr.front() != 0 || ptr.back() != static_cast<int64_t>(hag.indices.size())) {
+    bad("indptr does not match the lists");
+  }
+  for (size_t i = 0; i + 1 < ptr.size(); ++i) {
+    if (ptr[i + 1] < ptr[i]) bad("indptr decreases");
+  }
+  for (int64_t x : hag.indices) {
+    if (x < 0 || x >= hag.num_src + num_agg) bad("a list names an id out of range");
+  }
 }
 
 namespace {

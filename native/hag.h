@@ -31,6 +31,11 @@ struct Hag {
 Hag hag_search(const int64_t* indptr, const int64_t* indices, int64_t num_dst, int64_t num_src, int64_t capacity,
                int64_t min_shared, int max_depth, int64_t max_degree);
 
+/// @brief Throws std::invalid_argument unless `hag` is well formed: each aggregation node's inputs are sources
+/// or nodes of earlier levels, the levels cover the nodes in order, the lists are a CSC over sources and nodes.
+/// A HAG read back from a file is checked so before the sums trust its ids.
+void hag_check(const Hag& hag);
+
 /// @brief csc_sum through the HAG (out[i] = scale[i] * (the sum over destination i's original list, plus src[i]
 /// with self_loop)): each level's aggregation nodes into `agg` (num_agg x dim float32 scratch, threads over
 /// rows), then the rewritten lists by csc_sum itself. T: float or bf16.

@@ -1,26 +1,44 @@
-"""HAG for sampled blocks: the native greedy search (native/hag.h), the cost model that decides per block whether
-its HAG runs, and what it saved.
+"""HAG for sampled blocks and whole graphs: the native greedy search (native/hag.h), the cost model that decides
+per block whether its HAG runs, the bytes a HAG is stored as, and what it saved.
 
-A block's neighbour sums read every edge's source row once (E rows); through
-a HAG they read each aggregation node's two inputs once and the rewritten
-lists (E' + 2A rows). The cost model is that count: a block runs its HAG
-where it saves at least defaults.HAG_MIN_SAVING of the rows (`auto`) or any
-(`on`). Capacity: a quarter of the block's destinations (the paper's |V|/4).
-HAG applies to sums and means (sage, gcn), not to GAT's per-edge weights.
-Under `auto` a pass whose first defaults.HAG_PROBE_BATCHES batches had no
-block that paid stops searching: uniform neighbour sampling on a random
-graph draws almost no shared pairs (W1), and the search would cost without
-return.
+A block's neighbour sums read every edge's source row once (E rows). Through
+a HAG they read the rewritten lists (E' entries, some naming aggregation
+nodes) and compute each of its A aggregation nodes once. The cost model, in
+units of one mean row read of the plain sum:
+
+    plain = E        through the HAG = E - s * (E - E') + a * A
+
+s (defaults.HAG_SAVED_ROW_COST) is what a removed read cost and a
+(defaults.HAG_NODE_COST) what a node costs, both measured by bench.hag on
+this machine. s is not 1: the reads a HAG removes are of the sources shared
+most, the rows most often still in cache. `auto` runs a HAG where it is
+predicted at least defaults.HAG_MIN_SAVING cheaper, `on` wherever it sums
+fewer rows (E' + 2A < E). Capacity: a quarter of the block's destinations
+(the paper's |V|/4). HAG applies to sums and means (sage, gcn), not to GAT's
+per-edge weights. Under `auto` a pass whose first defaults.HAG_PROBE_BATCHES
+batches had no block that paid stops searching: uniform neighbour sampling
+on a random graph draws almost no shared pairs (W1).
+
+Offline (diskgnn/offline/sample.py) each batch's HAGs are searched as it is
+sampled and stored after its record; online they are searched in the
+pipeline's sample stage. Stored form (docs/format.md): little-endian int64,
+a header [blocks, then per block: present, num_src, frozen, agg nodes,
+levels, destinations, list entries], then each present block's inputs,
+level bounds, indptr and indices.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from .. import defaults
 
 MODES = ("off", "auto", "on")
+_FIELDS = 7  # header entries per block
 
 
 @dataclass
@@ -43,39 +61,112 @@ class HagStats:
 
 
 def search(block):
-    """The HAG of a TensorBlock (native, GIL released) and its row counts: (hag, rows plain, rows with it)."""
+    """The HAG of a block (TensorBlock or a sampled Block; native, GIL released) and its row counts:
+    (hag, rows plain, rows with it)."""
     from .. import _native
 
-    hag = _native.hag_search(block.indptr.numpy(), block.indices.numpy(), block.num_src,
-                             max(1, block.num_dst // 4), 2, defaults.HAG_MAX_DEPTH, defaults.HAG_MAX_DEGREE)
-    return hag, int(block.indices.numel()), hag.num_edges + 2 * hag.num_agg
+    indptr, indices = (np.asarray(t, dtype=np.int64) for t in (block.indptr, block.indices))
+    hag = _native.hag_search(indptr, indices, block.num_src, max(1, block.num_dst // 4), 2, defaults.HAG_MAX_DEPTH,
+                             defaults.HAG_MAX_DEGREE)
+    return hag, int(indices.size), hag.num_edges + 2 * hag.num_agg
+
+
+def predicted_cost(plain: int, edges: int, agg: int) -> float:
+    """The cost model's time through a HAG of `edges` list entries and `agg` aggregation nodes, in mean plain row
+    reads (the plain sum: `plain`)."""
+    return plain - defaults.HAG_SAVED_ROW_COST * (plain - edges) + defaults.HAG_NODE_COST * agg
+
+
+def pays(mode: str, plain: int, edges: int, agg: int) -> bool:
+    """Whether a block runs its HAG: `on` wherever it sums fewer rows, `auto` where the model says it is faster."""
+    if mode == "on":
+        return edges + 2 * agg < plain
+    return mode == "auto" and predicted_cost(plain, edges, agg) < plain * (1 - defaults.HAG_MIN_SAVING)
+
+
+def encode(hags: list) -> bytes:
+    """A batch's HAGs (None where a block runs plain) as stored after its sample record."""
+    head = [len(hags)]
+    arrays = []
+    for h in hags:
+        if h is None:
+            head += [0] * _FIELDS
+            continue
+        parts = (h.inputs, h.level_bounds, h.indptr, h.indices)
+        head += [1, h.num_src, h.frozen, h.num_agg, len(h.level_bounds) - 1, len(h.indptr) - 1, h.num_edges]
+        arrays += parts
+    return b"".join(np.asarray(a, dtype="<i8").tobytes() for a in [np.asarray(head, dtype="<i8"), *arrays])
+
+
+def decode(buf) -> list:
+    """encode's bytes back: one HAG (or None) per block, each checked (native hag_check) before use."""
+    from .. import _native
+
+    words = np.frombuffer(buf, dtype="<i8")
+    if words.size < 1 or words.size < 1 + _FIELDS * int(words[0]):
+        raise ValueError("HAG record: header truncated")
+    n = int(words[0])
+    head = words[1: 1 + _FIELDS * n].reshape(n, _FIELDS)
+    off, hags = 1 + _FIELDS * n, []
+    for present, num_src, frozen, agg, levels, dst, edges in head.tolist():
+        if not present:
+            hags.append(None)
+            continue
+        sizes = (2 * agg, levels + 1, dst + 1, edges)
+        if min(sizes) < 0 or off + sum(sizes) > words.size:
+            raise ValueError("HAG record: arrays truncated")
+        parts = []
+        for size in sizes:
+            parts.append(words[off: off + size])
+            off += size
+        hags.append(_native.hag_from_arrays(num_src, frozen, *parts))
+    if off != words.size:
+        raise ValueError("HAG record: trailing bytes")
+    return hags
 
 
 class HagBuilder:
-    """Attaches a HAG to the blocks of a pass's batches where the cost model says it pays (one thread)."""
+    """Searches blocks' HAGs and keeps the ones the cost model says pay: attached to a pass's blocks (online) or
+    encoded beside a batch's sample record (offline, from the sampling threads)."""
 
     def __init__(self, mode: str):
         if mode not in MODES:
             raise ValueError(f"hag mode {mode!r}: expected one of {', '.join(MODES)}")
         self.mode = mode
         self.stats = HagStats()
+        self._lock = threading.Lock()
 
-    def attach(self, blocks: list) -> list:
-        s = self.stats
-        if self.mode == "off" or s.stopped:
-            return blocks
+    @property
+    def active(self) -> bool:
+        return self.mode != "off" and not self.stats.stopped
+
+    def choose(self, blocks: list) -> list:
+        """Each block's HAG where it pays, else None; counted in `stats`."""
+        if not self.active:
+            return [None] * len(blocks)
+        s = HagStats(batches=1)
         start = time.perf_counter()
+        chosen = []
         for block in blocks:
             hag, plain, through = search(block)
-            pays = through < plain * (1 - defaults.HAG_MIN_SAVING) if self.mode == "auto" else through < plain
+            use = pays(self.mode, plain, hag.num_edges, hag.num_agg)
             s.blocks += 1
+            s.used += use
             s.rows_plain += plain
-            s.rows_hag += through if pays else plain
-            if pays:
-                block.hag = hag
-                s.used += 1
-        s.batches += 1
-        s.search_s += time.perf_counter() - start
-        if self.mode == "auto" and s.batches >= defaults.HAG_PROBE_BATCHES and not s.used:
-            s.stopped = True
+            s.rows_hag += through if use else plain
+            chosen.append(hag if use else None)
+        s.search_s = time.perf_counter() - start
+        with self._lock:
+            self.stats.add(s)
+            if self.mode == "auto" and self.stats.batches >= defaults.HAG_PROBE_BATCHES and not self.stats.used:
+                self.stats.stopped = True
+        return chosen
+
+    def attach(self, blocks: list) -> list:
+        for block, hag in zip(blocks, self.choose(blocks)):
+            block.hag = hag
         return blocks
+
+    def encode(self, batch) -> bytes:
+        """A sampled batch's HAGs (in its blocks' order) as stored after its record."""
+        return encode(self.choose(batch.blocks))

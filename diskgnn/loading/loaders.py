@@ -28,6 +28,7 @@ from ..offline.sample import NEIGHBOR, Batch, Sampler, SampleFile, epoch_seeds, 
 from ..store.store import FeatureStore
 from ..store.tiers import TierStats
 from .blocks import sampled_blocks
+from .hag import decode as hag_decode
 from .pipeline import Pipeline, Stage
 
 
@@ -68,16 +69,20 @@ class MiniBatch:
 
 def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) -> MiniBatch:
     """The batch's blocks and labels; with `cooperative` (a global batch -> this rank's Share), this rank's share:
-    its blocks, its seeds' labels, and as `batch` the input rows it reads. `hag` (a HagBuilder) gives the blocks
-    their HAG where it pays."""
+    its blocks, its seeds' labels, and as `batch` the input rows it reads. The blocks run the HAGs stored with the
+    batch (offline sampling), or those `hag` (a HagBuilder) finds now where they pay."""
     share = None if cooperative is None else cooperative(batch)
     seeds = batch.seeds if share is None else share.seed_ids
     y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
     if share is None:
         blocks = sampled_blocks(batch)
+        if batch.hag_bytes is not None and device == "cpu":  # the HAG kernels are the CPU's
+            for block, stored in zip(blocks, hag_decode(batch.hag_bytes)[::-1]):  # the model's order
+                block.hag = stored
+            hag = None
     else:
         blocks, batch = [layer.block for layer in share.layers], Batch(batch.index, share.input_ids, [], 0)
-    if hag is not None and device == "cpu":  # the HAG kernels are the CPU's
+    if hag is not None and device == "cpu":
         hag.attach(blocks)
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]

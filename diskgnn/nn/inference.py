@@ -7,6 +7,9 @@ memory-mapped file in the workdir before layer l + 1 reads them, so memory
 stays at one chunk's rows whatever the graph's size; the last layer is
 computed for the requested nodes only. The first layer reads the stored rows
 of the run's FeatureSource (a quantized variant's codes, decoded on the device).
+With a stored whole-graph HAG (loading/graph_hag.py) the layers over every
+node take its chunks (their size is the HAG's) and sum through each chunk's
+HAG where it pays, on the CPU.
 """
 
 from __future__ import annotations
@@ -32,22 +35,27 @@ def _rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
 @torch.no_grad()
 def full_neighbour_logits(model, ds: Dataset, nodes: np.ndarray, workdir, *,
                           batch_size: int = defaults.INFERENCE_CHUNK,
-                          device: str = "cpu", features: FeatureSource | None = None) -> torch.Tensor:
+                          device: str = "cpu", features: FeatureSource | None = None, hag=None) -> torch.Tensor:
     """The model's outputs for `nodes` with every neighbour of every layer (model in eval mode);
-    `features`: the first layer's stored rows (default: features.bin)."""
+    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     indptr, indices = ds.indptr, ds.indices
     source = features or feature_source(ds)
     h, decode = source.rows, source.decode_torch
     layers = len(model.layers)
+    hag = hag if device == "cpu" else None  # the HAG kernels are the CPU's
+    chunk = max(batch_size, defaults.INFERENCE_CHUNK)
+    bounds = hag.bounds if hag is not None else list(range(0, ds.num_nodes, chunk)) + [ds.num_nodes]
     paths = []
     try:
         for i in range(layers - 1):
             out = None
-            for lo in range(0, ds.num_nodes, max(batch_size, defaults.INFERENCE_CHUNK)):
-                dst = np.arange(lo, min(ds.num_nodes, lo + max(batch_size, defaults.INFERENCE_CHUNK)))
+            for c, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
+                dst = np.arange(lo, hi)
                 block, src = full_block(indptr, indices, dst)
+                if hag is not None:
+                    block.hag = hag[c]
                 y = model.layer(i, block.to(device), decode(_rows(h, src).to(device))).float().cpu().numpy()
                 if out is None:
                     paths.append(workdir / f"layer-{i}.f32")

@@ -48,13 +48,15 @@ class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
                  max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
                  features: FeatureSource | None = None, read_ahead: bool = False, sampler: Sampler = NEIGHBOR,
-                 recent: int = 0, shard: tuple[int, int] = (0, 1), rows=None, eval_batch_size: int | None = None):
+                 recent: int = 0, shard: tuple[int, int] = (0, 1), rows=None, eval_batch_size: int | None = None,
+                 hag=None):
         """`rows`: the view of a sample file whose batches' input rows this rank places, packs and reads
-        (default: all of them); `eval_batch_size`: the eval sets' (default: `batch_size`)."""
+        (default: all of them); `eval_batch_size`: the eval sets' (default: `batch_size`); `hag`: a HagBuilder
+        whose HAGs every sample file stores (loading/hag.py)."""
         self.dataset, self.dir = dataset, Path(workdir)
         self.shard, self.rows = shard, rows or (lambda samples: samples)
         self.eval_batch_size = eval_batch_size or batch_size
-        self.sampler, self.recent = sampler, 0 if replay else recent
+        self.sampler, self.recent, self.hag = sampler, 0 if replay else recent, hag
         self.source = features or feature_source(dataset)
         self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
         self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
@@ -80,7 +82,7 @@ class OfflineEpochs:
         sampling = time.perf_counter()
         kwargs.setdefault("batch_size", self.batch_size)
         sf = sample_epoch(self.dataset, self.dir / out_name, seed=self.seed, threads=self.threads,
-                          sampler=self.sampler, **kwargs)
+                          sampler=self.sampler, hag=self.hag, **kwargs)
         self.phases["read_ahead_s"] += sampling - start
         self.phases["sampling_s"] += time.perf_counter() - sampling
         return sf

@@ -10,6 +10,9 @@ so a seed gives the same samples whatever the thread count.
 
 Files (docs/format.md, "Sample files"): `epoch-NNNNN.samples` holds the batch
 records back to back; `epoch-NNNNN.json` holds their offsets and checksums.
+With a HagBuilder (--hag on|auto), each batch's blocks are searched for
+their HAG as the batch is sampled, and the ones that pay are stored after
+its record, under the same checksum: training only runs them.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ class Batch:
     nodes: np.ndarray  # int64 global ids of every node in local-id order = the input nodes
     blocks: list[Block]  # blocks[0] computes the seeds; the model runs blocks[::-1]
     num_seeds: int
+    hag_bytes: memoryview | None = None  # its blocks' stored HAGs (loading/hag.py's encode), if searched
 
     @property
     def seeds(self) -> np.ndarray:
@@ -74,7 +78,8 @@ def parse_record(buf: memoryview | bytes, index: int) -> Batch:
         indices = np.frombuffer(buf, dtype="<i4", count=int(edges[h]), offset=off)
         off += indices.nbytes
         blocks.append(Block(indptr, indices, n_dst, int(counts[h + 1])))
-    return Batch(index, nodes, blocks, int(counts[0]))
+    end = -(-off // 8) * 8  # records are padded to 8 bytes; stored HAGs follow
+    return Batch(index, nodes, blocks, int(counts[0]), memoryview(buf)[end:] if len(buf) > end else None)
 
 
 @dataclass(frozen=True)
@@ -160,6 +165,11 @@ class SampleFile:
             raise DiskgnnError(f"{self.path}: batch {b} fails its checksum (file is corrupted)")
         return buf
 
+    @property
+    def hag_mode(self) -> str:
+        """The --hag mode its HAGs were searched under ("off": none stored)."""
+        return self.meta.get("hag", {}).get("mode", "off")
+
     def __getitem__(self, b: int) -> Batch:
         if not 0 <= b < len(self):
             raise IndexError(f"{self.path}: batch {b} out of range [0, {len(self)})")
@@ -214,13 +224,14 @@ def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, thre
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
                  max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
-                 shard: tuple[int, int] = (0, 1)) -> SampleFile:
+                 shard: tuple[int, int] = (0, 1), hag=None) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
     `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
     each sampled as the whole epoch's would be. `max_batches` then keeps the
-    first batches only (runs that stop early need not sample, or pack, the rest). Writes to temporary names and
-    renames, index last, so a reader never sees half a file.
+    first batches only (runs that stop early need not sample, or pack, the rest). `hag` (a HagBuilder, see
+    loading/hag.py) searches each batch's HAGs as it is sampled, in `threads` threads, and stores them after its
+    record. Writes to temporary names and renames, index last, so a reader never sees half a file.
     """
     from .. import _native
 
@@ -246,17 +257,24 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
             offsets.append(offsets[-1] + len(rec))
             checksums.append(xxhash.xxh3_64_hexdigest(rec))
 
+    def with_hags(pool, records: list) -> list:
+        if hag is None or not hag.active:
+            return records
+        return list(pool.map(lambda rec: rec + hag.encode(parse_record(rec, 0)), records))
+
     def sample_all() -> None:
         # Group g is written while group g + 1 is sampled (both release the GIL): written after
         # sampling, the page cache's write throttling added W1 16M's 0.9 GB in 1.4 s to 4.7 s of sampling.
-        with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer:
+        with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer, \
+                ThreadPoolExecutor(threads, thread_name_prefix="diskgnn-hag") as searchers:
             written = None
             for g in range(0, len(batches), defaults.SAMPLE_GROUP):
                 group = batches[g: g + defaults.SAMPLE_GROUP]
                 flat = np.concatenate(group) if group else np.empty(0, np.int64)
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
                 keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]
-                records = _native.sample_batches(graph, flat, bounds, keys, fanouts, seed, threads, **sampler.native())
+                records = with_hags(searchers, _native.sample_batches(graph, flat, bounds, keys, fanouts, seed,
+                                                                      threads, **sampler.native()))
                 if written is not None:
                     written.result()  # one group in flight: its records are the memory this holds
                 written = writer.submit(write, f, records)
@@ -278,6 +296,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "batch_dependency": sampler.batch_dependency,
         "num_batches": len(batches), "num_seeds": int(seeds.size), "shard": list(shard),
         "offsets": offsets, "checksums": checksums, "file_bytes": offsets[-1],
+        "hag": {"mode": hag.mode if hag is not None else "off"},
     }
     meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)
     os.replace(tmp, out_path)

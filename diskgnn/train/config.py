@@ -75,8 +75,10 @@ class TrainConfig:
         "help": "rows the last N batches read are kept in memory and not packed again (auto: 1 with "
                 "--batch-dependency above 1, else 0)"})
     hag: str = field(default="off", metadata={
-        "help": "sage and gcn on a CPU: sum neighbours through each block's HAG, shared partial sums computed once "
-                "(auto: where it sums at least a tenth fewer rows; on: wherever it sums fewer)",
+        "help": "sage and gcn on a CPU: sum neighbours through each block's HAG, shared partial sums computed once, "
+                "searched as batches are sampled and stored with them; --eval full through the whole graph's, stored "
+                "beside the dataset (auto: where the cost model measured by bench.hag predicts a tenth less time; "
+                "on: wherever it sums fewer rows)",
         "choices": HAG_MODES})
     sampling: str = field(default="offline", metadata={
         "help": "offline: fresh samples each epoch, sampled and packed ahead; replay: one sampled epoch "

@@ -89,6 +89,7 @@ class Loader:
         self.accounting = {"tiers": {}, "disk_bytes": 0}
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
         self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
+        self._graph_hag = None  # the whole graph's, for --eval full (loading/graph_hag.py), found at first use
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
         self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
@@ -118,7 +119,7 @@ class Loader:
                                     max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=plan.pack_memory,
                                     max_batches=cfg.max_batches, features=self.source,
                                     read_ahead=plan.topology_read_ahead, sampler=cfg.sampler_spec,
-                                    recent=plan.recent_batches)
+                                    recent=plan.recent_batches, hag=None if coop else self.hag)
         placement = self.epochs.plan_placement(list(plan.tiers.items()))
         if len(self.epochs.files(0).samples) == 0:
             raise DiskgnnError(f"{self.data}: {self.train_ids.size:,} train seeds make fewer than {group.world} "
@@ -161,9 +162,24 @@ class Loader:
         if self.hag.mode == "off":
             why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
             return [f"plan: --hag {cfg.hag}: not used ({why})"]
-        return [f"plan: --hag {cfg.hag}: each block's HAG searched as its batch is decoded, run where it sums "
-                + ("any fewer rows" if cfg.hag == "on" else f"at least {defaults.HAG_MIN_SAVING:.0%} fewer rows; "
-                   f"no more searching where the first {defaults.HAG_PROBE_BATCHES} batches had none")]
+        where = ("searched as each batch is sampled and stored with it" if cfg.sampling != "online"
+                 and cfg.distributed != "cooperative" else "searched as each batch is decoded")
+        return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
+                + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
+                   f"faster (a removed row read costs {defaults.HAG_SAVED_ROW_COST:g} of a mean one, an aggregation "
+                   f"node {defaults.HAG_NODE_COST:g}); no more searching where the first "
+                   f"{defaults.HAG_PROBE_BATCHES} batches had none")]
+
+    def graph_hag(self):
+        """The dataset's stored whole-graph HAG under --hag on|auto (searched and stored at first use), else None."""
+        if self.hag.mode == "off":
+            return None
+        if self._graph_hag is None:
+            from ..loading.graph_hag import graph_hag
+
+            self._graph_hag = graph_hag(self.ds, self.hag.mode, fallback_dir=self.workdir, threads=self.cfg.threads,
+                                        say=self.say)
+        return self._graph_hag
 
     def eval_seeds(self, split: str) -> np.ndarray:
         """The split's seeds this rank evaluates (every world-th)."""
@@ -280,7 +296,8 @@ class Loader:
             "bottleneck": max(times, key=lambda n: times[n].busy_s) if times else None,
             "tiers": self.stats(),
             "rows_per_batch": self.rows_per_batch(),
-            "hag": self.hag.stats.to_dict(),
+            "hag": {**self.hag.stats.to_dict(),
+                    **({"graph": self._graph_hag.stats()} if self._graph_hag is not None else {})},
             "disk_bytes_read": self.accounting["disk_bytes"],
             "features": self.source.name,
             "feature_row_bytes": self.source.row_bytes,

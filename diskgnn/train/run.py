@@ -144,7 +144,7 @@ class Run:
             with self.autocast():
                 logits = full_neighbour_logits(model, loader.ds, seeds, loader.workdir / "inference",
                                                batch_size=self.cfg.batch_size, device=self.device,
-                                               features=loader.source)
+                                               features=loader.source, hag=loader.graph_hag())
             return int((logits.argmax(1).numpy() == loader.labels[seeds]).sum()), int(seeds.size)
         correct = total = 0
         for mb in loader.evaluation(split):

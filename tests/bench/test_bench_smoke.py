@@ -205,7 +205,8 @@ def test_distributed_bench_smoke(tmp_path):
 
 def test_hag_bench_smoke(tmp_path):
     """bench.hag at tiny size: W1's sampled blocks in three samplings, Cora's whole graph (redundant: fewer rows
-    through its HAG) and --hag off against on end to end, with the same accuracy; the report section once."""
+    through its HAG; the cost model's constants from its timings), inference through Cora's stored HAG equal to
+    plain inference, and --hag off against on end to end, with the same accuracy; the report section once."""
     from bench import hag
     from conftest import shared_dataset
 
@@ -221,6 +222,11 @@ def test_hag_bench_smoke(tmp_path):
         assert r["blocks"] == 2 * r["batches"] and r["rows_hag"] <= r["rows_plain"] and r["aggregation_share"] > 0
     (cora,) = result["whole"]
     assert cora["rows_hag"] < cora["rows_plain"] and cora["agg_nodes"] > 0
+    assert all(cora[f"{k}_{d}_s"] > 0 for k in ("plain", "rewritten", "hag") for d in ("fwd", "bwd"))
+    assert set(result["calibration"]) == {"saved_row_cost", "node_cost"}
+    (inf,) = result["inference"]  # Cora's whole graph is one chunk: it runs through its stored HAG
+    assert inf["chunks_hag"] == inf["chunks"] == 1 and inf["rows_hag"] < inf["rows_plain"]
+    assert inf["max_abs_diff"] < 1e-3 and inf["same_argmax"] > 0.99
     runs = {(r["dataset"], r["hag"]): r for r in result["train"]}
     for name in ("cora", "synthetic-20000"):
         assert "error" not in runs[(name, "off")] and "error" not in runs[(name, "on")], runs

@@ -9,7 +9,7 @@ import torch
 
 from diskgnn import _native
 from diskgnn.loading.blocks import TensorBlock
-from diskgnn.loading.hag import HagBuilder, search
+from diskgnn.loading.hag import HagBuilder, decode, encode, pays, predicted_cost, search
 
 
 def block_of(lists: list[list[int]], num_src: int) -> TensorBlock:
@@ -148,34 +148,109 @@ def test_a_hag_refuses_rows_of_another_block():
 def test_builder_runs_the_hag_only_where_the_cost_model_says_it_pays(monkeypatch):
     redundant = block_of(*CASES["all the same"])
     sparse = block_of([[0, 1], [2, 3], [4, 5]], 6)
+    # Every row costing the same (a removed read 1, a node its 2 reads): the row count decides.
+    monkeypatch.setattr("diskgnn.defaults.HAG_SAVED_ROW_COST", 1.0)
+    monkeypatch.setattr("diskgnn.defaults.HAG_NODE_COST", 2.0)
     builder = HagBuilder("auto")
     builder.attach([redundant, sparse])
     assert redundant.hag is not None and sparse.hag is None
     s = builder.stats.to_dict()
     assert s["blocks"] == 2 and s["used"] == 1 and 0 < s["saving"] < 1
+    hag, plain, through = search(block_of(*CASES["all the same"]))
+    assert predicted_cost(plain, hag.num_edges, hag.num_agg) == through  # every row read counts 1
+    # Removed reads of cached rows cost nothing (this machine's measured model): the same HAG does not pay.
+    monkeypatch.setattr("diskgnn.defaults.HAG_SAVED_ROW_COST", 0.0)
+    assert predicted_cost(plain, hag.num_edges, hag.num_agg) > plain
+    assert not pays("auto", plain, hag.num_edges, hag.num_agg)
+    assert pays("on", plain, hag.num_edges, hag.num_agg) and through < plain  # on: wherever fewer rows are summed
     # auto stops searching a pass where the probe found nothing to save
     monkeypatch.setattr("diskgnn.defaults.HAG_PROBE_BATCHES", 2)
     quiet = HagBuilder("auto")
     for _ in range(3):
         quiet.attach([block_of([[0, 1], [2, 3]], 4)])
     assert quiet.stats.stopped and quiet.stats.batches == 2
+    monkeypatch.setattr("diskgnn.defaults.HAG_SAVED_ROW_COST", 1.0)
     off = HagBuilder("off")
     again = block_of(*CASES["all the same"])
     off.attach([again])
     assert again.hag is None and off.stats.blocks == 0
 
 
+def test_stored_hags_come_back_equal_and_are_checked():
+    """encode/decode round-trips a batch's HAGs (None for a block that runs plain); a record cut short, or one
+    whose ids point forward, is refused before any sum trusts it."""
+    lists, num_src = CASES["shared groups"]
+    block = block_of(lists, num_src)
+    hag = search(block)[0]
+    back = decode(encode([hag, None]))
+    assert back[1] is None
+    for name in ("inputs", "level_bounds", "indptr", "indices"):
+        np.testing.assert_array_equal(getattr(back[0], name), getattr(hag, name))
+    assert (back[0].num_src, back[0].frozen) == (hag.num_src, hag.frozen)
+    assert decode(encode([])) == []
+    raw = encode([hag])
+    with pytest.raises(ValueError, match="HAG record: arrays truncated"):
+        decode(raw[:-8])
+    with pytest.raises(ValueError, match="HAG record: trailing bytes"):
+        decode(raw + bytes(8))
+    forward = hag.inputs.copy()
+    forward[0] = num_src + hag.num_agg - 1  # the first node reading the last: a cycle
+    with pytest.raises(ValueError, match="reads a node of its own or a later level"):
+        _native.hag_from_arrays(num_src, hag.frozen, forward, hag.level_bounds, hag.indptr, hag.indices)
+    far = hag.indices.copy()
+    far[-1] = num_src + hag.num_agg
+    with pytest.raises(ValueError, match="out of range"):
+        _native.hag_from_arrays(num_src, hag.frozen, hag.inputs, hag.level_bounds, hag.indptr, far)
+
+
+def test_sample_files_store_each_batchs_hags_under_its_checksum(train_data, tmp_path):
+    """Offline sampling with --hag on stores the HAGs with the records: the loader's blocks run them, their sums
+    equal the plain ones, a batch sampled without them is the same batch, and a flipped byte in the HAG part fails
+    the record's checksum."""
+    from diskgnn.data.format import open_dataset
+    from diskgnn.errors import DiskgnnError
+    from diskgnn.loading.blocks import sampled_blocks
+    from diskgnn.loading.loaders import _work
+    from diskgnn.offline.sample import SampleFile, sample_epoch
+
+    ds = open_dataset(train_data)
+    common = dict(fanouts=[-1, -1], batch_size=64, seed=0, epoch=0, threads=2)
+    plain = sample_epoch(ds, tmp_path / "plain.samples", **common)
+    builder = HagBuilder("on")
+    stored = sample_epoch(ds, tmp_path / "hag.samples", hag=builder, **common)
+    assert plain.hag_mode == "off" and stored.hag_mode == "on" and builder.stats.used > 0
+    labels = np.asarray(ds.labels)
+    ran = 0
+    for b in range(len(stored)):
+        a, s = plain[b], stored[b]
+        assert a.hag_bytes is None and s.hag_bytes is not None
+        np.testing.assert_array_equal(a.nodes, s.nodes)
+        work = _work(s, labels, "cpu")
+        for block, reference in zip(work.blocks, sampled_blocks(a)):
+            h = torch.randn(block.num_src, 8, generator=torch.Generator().manual_seed(b))
+            torch.testing.assert_close(block.mean_neighbours(h), reference.mean_neighbours(h), rtol=1e-5, atol=1e-5)
+            ran += block.hag is not None
+    assert ran == builder.stats.used
+    raw = bytearray((tmp_path / "hag.samples").read_bytes())
+    raw[stored.offsets[1] - 9] ^= 1  # inside batch 0's HAG part
+    (tmp_path / "hag.samples").write_bytes(bytes(raw))
+    with pytest.raises(DiskgnnError, match="batch 0 fails its checksum"):
+        SampleFile(tmp_path / "hag.samples")[0]
+
+
 def test_training_through_hags_matches_plain_sums(train_data, tmp_path):
-    """The trainer with --hag on (full neighbourhoods: shared pairs exist) ends where --hag off does, up to float
-    reassociation, and its summary says how many blocks ran through a HAG."""
+    """The trainer with --hag on (full neighbourhoods: shared pairs exist; HAGs stored in the sample files) ends where
+    --hag off does, up to float reassociation, and its summary says how many blocks ran through a HAG."""
     from conftest import train_config
     from diskgnn.train.loop import train
 
     runs = {mode: train(train_config(train_data, tmp_path / mode, fanouts="-1,-1", hag=mode, dropout=0.0,
-                                     checkpoint_every="off"))
+                                     checkpoint_every="off", eval="full"))
             for mode in ("off", "on")}
     on, off = runs["on"], runs["off"]
     assert on["hag"]["used"] > 0 and on["hag"]["saving"] > 0 and off["hag"]["blocks"] == 0
+    # --eval full ran through the whole graph's stored HAG (where it pays: this random graph shares few pairs)
+    assert on["hag"]["graph"]["chunks"] >= 1 and "graph" not in off["hag"]
     assert on["train_loss"] == pytest.approx(off["train_loss"], rel=1e-4)
     assert on["test_acc"] == pytest.approx(off["test_acc"], abs=0.01)
 
