@@ -1,6 +1,6 @@
 """HAG: where shared partial sums pay, on sampled blocks and on whole graphs, and end to end.
 
-    python -m bench.hag [--w1 W1_DIR] [--datasets cora,citeseer,amazon_computers,coauthor_cs] [--report]
+    python -m bench.hag [--w1 W1_DIR] [--w1-graph] [--datasets cora,citeseer,amazon_computers,coauthor_cs] [--report]
     python -m bench.hag --smoke                 # tiny, for the test suite
 
 Blocks: W1's first --batches batches sampled as training samples them (fanouts 10,5 and 25,10 with
@@ -9,10 +9,15 @@ capacity a quarter of its destinations) and its neighbour sums timed forward and
 through the HAG (native, on torch's threads), at the model's widths (features in, hidden 256 above), backward
 only above the input layer (the input rows need no gradient, so training runs none there); the train
 step's time beside them gives the share of a step that aggregation is (the ceiling of any saving).
-Whole graphs: each dataset's full-neighbour block over all nodes, at widths 256. End to end: one
-`diskgnn.train` epoch per setting with --hag off and on (sage; full neighbours on the real graphs, the
-sampled fanouts on W1, cut to --train-batches), epoch time and test accuracy. W1's whole graph (80M
-edges, 360M neighbour pairs to count) is not searched: the pair counts would not fit the memory budget.
+Whole graphs: each dataset's full-neighbour block over all nodes, at width 256, timed three ways: plain, the
+HAG's rewritten lists alone (its aggregation rows given), and the HAG in full. These calibrate the cost model
+(loading/hag.py): what a removed row read cost against a mean one (s) and what one aggregation node costs (a),
+pooled over the graphs, forward and backward. Layer-wise inference (--eval full) over each whole graph with and
+without its stored HAG (loading/graph_hag.py), sage at hidden 256. With --w1-graph, W1's whole graph (8M nodes,
+80M edges) searched chunk by chunk into its stored HAG, in a process of its own whose peak memory is reported.
+End to end: one `diskgnn.train` epoch per setting with --hag off and on (sage; full neighbours on the real
+graphs, the sampled fanouts on W1, cut to --train-batches; HAGs searched as the batches are sampled and stored
+with them), epoch time and test accuracy.
 JSON to bench/results/hag.json; with --report, a section of docs/benchmarks.md.
 """
 
@@ -29,10 +34,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from diskgnn import _native
 from diskgnn.data.format import open_dataset
 from diskgnn.loading.blocks import full_block, sampled_blocks
 from diskgnn.loading.hag import search
+from diskgnn.nn.inference import full_neighbour_logits
 from diskgnn.nn.models import GNN
+from diskgnn.loading.graph_hag import GraphHag, graph_hag
 from diskgnn.offline.sample import Sampler, epoch_seeds, open_graph, sample_batch
 
 from . import accuracy
@@ -45,34 +53,55 @@ SAMPLED = {"neighbor 10,5": ("10,5", Sampler()), "neighbor 25,10": ("25,10", Sam
            "labor + layer dep. 10,5": ("10,5", Sampler("labor", True))}
 
 
-def timed(fn, repeat: int) -> float:
-    fn()  # warm
-    start = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    return (time.perf_counter() - start) / repeat
+def timed(fns: dict, repeat: int) -> dict:
+    """Median seconds of each function, run in turns (the VM's speed drifts between runs minutes apart)."""
+    for fn in fns.values():
+        fn()  # warm
+    times = {name: [] for name in fns}
+    for _ in range(max(1, repeat)):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def sums(block, found, width: int, repeat: int, backward: bool = True) -> dict:
-    """Forward and (where training runs one) backward seconds of the block's neighbour sums, plain and through
-    its HAG (`found`: search(block)'s result)."""
-    h = torch.randn(block.num_src, width)
-    grad = torch.randn(block.num_dst, width)
+    """The native kernels' seconds for the block's neighbour sums, forward and (where training runs one)
+    backward: plain, the HAG's rewritten lists alone ("rewritten": its aggregation rows given) and through the
+    HAG (`found`: search(block)'s result)."""
     hag, plain, through = found
-    out = {}
-    for name, used in (("plain", None), ("hag", hag)):
-        block.hag = used
-        x = h.clone().requires_grad_()
-        fwd = timed(lambda: block.sum_neighbours(x), repeat)
+    threads = torch.get_num_threads()
+    h = torch.randn(block.num_src, width).numpy()
+    grad = torch.randn(block.num_dst, width).numpy()
+    ext = np.concatenate([h, np.random.default_rng(0).standard_normal((hag.num_agg, width), np.float32)])
+    out = np.empty((block.num_dst, width), np.float32)
+    g_src, g_ext = np.empty_like(h), np.empty_like(ext)
+    ptr, idx = block.indptr.numpy(), block.indices.numpy()
+    fwd = {"plain": lambda: _native.csc_sum(ptr, idx, h, out, threads, None, False),
+           "rewritten": lambda: _native.csc_sum(hag.indptr, hag.indices, ext, out, threads, None, False),
+           "hag": lambda: _native.hag_sum(hag, h, out, threads, None, False)}
+    bwd = {"plain": lambda: _native.csc_sum_transpose(ptr, idx, grad, g_src, threads, None, False),
+           "rewritten": lambda: _native.csc_sum_transpose(hag.indptr, hag.indices, grad, g_ext, threads, None, False),
+           "hag": lambda: _native.hag_sum_transpose(hag, grad, g_src, threads, None, False)}
+    r = {f"{k}_fwd_s": v for k, v in timed(fwd, repeat).items()}
+    r.update({f"{k}_bwd_s": v if backward else 0.0 for k, v in timed(bwd, repeat if backward else 0).items()})
+    return {**r, "rows_plain": plain, "rows_hag": through, "hag_edges": hag.num_edges, "agg_nodes": hag.num_agg}
 
-        def both():
-            x.grad = None
-            block.sum_neighbours(x).backward(grad)
 
-        out[f"{name}_fwd_s"] = fwd
-        out[f"{name}_bwd_s"] = max(0.0, timed(both, repeat) - fwd) if backward else 0.0
-    block.hag = None
-    return {**out, "rows_plain": plain, "rows_hag": through, "agg_nodes": hag.num_agg}
+def calibration(whole: list[dict]) -> dict:
+    """The cost model's constants from the whole graphs' timings, pooled over graphs and both directions, in
+    units of the plain sum's mean row read: s = (plain - rewritten) / (t_row * reads removed), a = (hag -
+    rewritten) / (t_row * aggregation nodes)."""
+    num_s = den_s = num_a = den_a = 0.0
+    for r in whole:
+        for d in ("fwd", "bwd"):
+            t_row = r[f"plain_{d}_s"] / r["rows_plain"]
+            num_s += r[f"plain_{d}_s"] - r[f"rewritten_{d}_s"]
+            den_s += t_row * (r["rows_plain"] - r["hag_edges"])
+            num_a += r[f"hag_{d}_s"] - r[f"rewritten_{d}_s"]
+            den_a += t_row * r["agg_nodes"]
+    return {"saved_row_cost": num_s / den_s if den_s else 0.0, "node_cost": num_a / den_a if den_a else 0.0}
 
 
 def sampled_blocks_study(data: Path, batches: int, repeat: int, hidden: int) -> list[dict]:
@@ -96,7 +125,7 @@ def sampled_blocks_study(data: Path, batches: int, repeat: int, hidden: int) -> 
                 model.zero_grad()
                 torch.nn.functional.cross_entropy(model(blocks, x), y).backward()
 
-            acc["step_s"] += timed(step, repeat)
+            acc["step_s"] += timed({"step": step}, repeat)["step"]
             for i, (block, width) in enumerate(zip(blocks, [ds.feature_dim] + [hidden] * (len(blocks) - 1))):
                 start = time.perf_counter()
                 found = search(block)
@@ -127,6 +156,52 @@ def whole_graph(name: str, data: Path, repeat: int, width: int) -> dict:
     return r
 
 
+def inference(name: str, data: Path, work: Path, hidden: int, repeat: int) -> dict:
+    """Layer-wise full-neighbour inference of the test split (sage, 2 layers, random weights) without and with the
+    dataset's stored whole-graph HAG, in the same chunks (the HAG's), and how far the two outputs are apart."""
+    ds = open_dataset(data)
+    start = time.perf_counter()
+    found = graph_hag(ds, "on", fallback_dir=work, say=lambda line: None)
+    stored_s = time.perf_counter() - start
+    plain = GraphHag(found.path, ds, "off")  # the same chunks, every one plain
+    torch.manual_seed(0)
+    model = GNN("sage", ds.feature_dim, hidden, ds.num_classes, 2, 0.0).eval()
+    nodes = ds.split("test")
+    outs = {}
+
+    def run(name, hag):
+        outs[name] = full_neighbour_logits(model, ds, nodes, work / "inference", batch_size=1024, hag=hag)
+
+    t = timed({"plain": lambda: run("plain", plain), "hag": lambda: run("hag", found)}, repeat)
+    st = found.stats()
+    r = {"dataset": name, "chunks": st["chunks"], "chunks_hag": st["used"], "rows_plain": st["rows_plain"],
+         "rows_hag": st["rows_hag"], "search_s": st["search_s"], "open_s": stored_s, "plain_s": t["plain"],
+         "hag_s": t["hag"], "max_abs_diff": float((outs["plain"] - outs["hag"]).abs().max()),
+         "same_argmax": float((outs["plain"].argmax(1) == outs["hag"].argmax(1)).float().mean())}
+    print(f"{name}: inference {r['plain_s']:.3f} -> {r['hag_s']:.3f} s through the stored HAG", flush=True)
+    return r
+
+
+def w1_graph(w1: Path, cap: str, timeout: float) -> dict:
+    """W1's whole graph searched into its stored HAG by a fresh process under a cgroup memory cap (any stored
+    one removed first): seconds, the group's peak memory, rows saved."""
+    from .memcap import run_capped
+
+    for old in (w1 / "hag").glob("graph-c*"):
+        old.unlink()
+    code = ("import json, sys; from diskgnn.data.format import open_dataset; "
+            "from diskgnn.loading.graph_hag import graph_hag; "
+            "g = graph_hag(open_dataset(sys.argv[1]), 'on', fallback_dir=sys.argv[2], say=print); "
+            "print(json.dumps(g.stats()))")
+    res = run_capped([sys.executable, "-c", code, str(w1), str(w1.parent)], cap, cwd=REPO, timeout=timeout)
+    if res.returncode != 0:
+        return {"error": (res.stderr.strip().splitlines() or [f"exit {res.returncode}"])[-1], "cap": cap,
+                "timed_out": res.timed_out, "oom_killed": res.oom_killed}
+    st = json.loads(res.stdout.strip().splitlines()[-1])
+    print(f"W1 whole graph: searched in {st['search_s']:.0f} s, peak {res.peak_bytes / 2**30:.2f} GiB", flush=True)
+    return {**st, "cap": cap, "peak_bytes": res.peak_bytes, "wall_s": res.wall_s}
+
+
 def train(name: str, data: Path, hag: str, fanouts: str, work: Path, batches: int | None, epochs: int,
           batch_size: int) -> dict:
     summary = work / f"{name}-{hag}.json"
@@ -153,14 +228,33 @@ def table(result: dict) -> str:
         out.append(f"| {r['setting']} | {r['rows_hag'] / r['rows_plain']:.3f}x | {r['agg_nodes'] / r['blocks']:.1f} | "
                    f"{r['search_s'] / r['batches'] * 1e3:.1f} ms | {r['hag_fwd_s'] / r['plain_fwd_s']:.2f}x | "
                    f"{r['hag_bwd_s'] / max(1e-9, r['plain_bwd_s']):.2f}x | {r['aggregation_share']:.0%} |")
-    out += ["", "Whole graphs (all nodes' full neighbourhoods, width 256):", "",
-            "| graph | edges | rows summed with HAG | agg. nodes | levels | hubs kept | search | forward | backward |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    out += ["", f"Whole graphs (all nodes' full neighbourhoods as one block, width {result['hidden']}; native kernel "
+            "times, median of runs in turns; \"rewritten\": the HAG's lists with its aggregation rows given):", "",
+            "| graph | edges | rows summed with HAG | agg. nodes | levels | hubs kept | search | forward plain / "
+            "rewritten / HAG | backward plain / rewritten / HAG |", "|---|---|---|---|---|---|---|---|---|"]
     for r in result["whole"]:
-        out.append(f"| {r['dataset']} | {r['rows_plain']:,} | {r['rows_hag'] / r['rows_plain']:.3f}x | {r['agg_nodes']:,} "
-                   f"| {r['levels']} | {r['frozen']:,} | {r['search_s']:.1f} s | "
-                   f"{r['plain_fwd_s'] * 1e3:.1f} -> {r['hag_fwd_s'] * 1e3:.1f} ms | "
-                   f"{r['plain_bwd_s'] * 1e3:.1f} -> {r['hag_bwd_s'] * 1e3:.1f} ms |")
+        ms = lambda d: " / ".join(f"{r[f'{k}_{d}_s'] * 1e3:.1f}" for k in ("plain", "rewritten", "hag"))  # noqa: E731
+        out.append(f"| {r['dataset']} | {r['rows_plain']:,} | {r['rows_hag'] / r['rows_plain']:.3f}x | "
+                   f"{r['agg_nodes']:,} | {r['levels']} | {r['frozen']:,} | {r['search_s']:.1f} s | {ms('fwd')} ms | "
+                   f"{ms('bwd')} ms |")
+    c = result["calibration"]
+    out += ["", f"Cost model constants from these (pooled, in mean plain row reads): a removed read cost "
+            f"s = {c['saved_row_cost']:.2f}, an aggregation node a = {c['node_cost']:.2f}.", "",
+            f"Layer-wise inference of the test split (sage, hidden {result['hidden']}) through each graph's stored HAG "
+            "(chunks of destinations as stored; the plain run uses the same chunks):", "",
+            "| graph | chunks through a HAG | rows summed | search (once, stored) | inference plain -> HAG | "
+            "max abs. diff | same prediction |", "|---|---|---|---|---|---|---|"]
+    for r in result["inference"]:
+        out.append(f"| {r['dataset']} | {r['chunks_hag']} of {r['chunks']} | {r['rows_hag'] / r['rows_plain']:.3f}x | "
+                   f"{r['search_s']:.1f} s | {r['plain_s'] * 1e3:.0f} -> {r['hag_s'] * 1e3:.0f} ms | "
+                   f"{r['max_abs_diff']:.1e} | {r['same_argmax']:.2%} |")
+    g = result.get("w1_graph")
+    if g:
+        out += ["", (f"W1's whole graph, searched under a {g['cap']} cgroup cap: failed: {g['error']}" if "error" in g
+                     else f"W1's whole graph ({g['chunks']} chunks), searched into its stored HAG under a {g['cap']} "
+                          f"cgroup cap: {g['search_s']:.0f} s, peak {g['peak_bytes'] / 2**30:.2f} GiB (page cache "
+                          f"included), rows summed {g['rows_hag'] / g['rows_plain']:.4f}x, {g['agg_nodes']:,} "
+                          f"aggregation nodes in {g['used']} chunks.")]
     out += ["", "End to end (one process, --hag off against on, same seed):", "",
             "| graph | fanouts | --hag | epoch | train step | blocks run through a HAG | rows saved | search | test acc |",
             "|---|---|---|---|---|---|---|---|---|"]
@@ -183,6 +277,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--train-batches", type=int, default=200, help="W1's end-to-end epochs cut to this")
     ap.add_argument("--repeat", type=int, default=10, help="timings averaged over this many runs")
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--w1-graph", action="store_true", help="also search W1's whole graph (minutes)")
+    ap.add_argument("--cap", default="2GiB", help="the memory cap of W1's whole-graph search")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     ap.add_argument("--shared", default=str(REPO.parent / "shared" / "datasets"))
     ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "hag-work"))
@@ -201,6 +297,8 @@ def main(argv=None) -> dict:
     real = {n: accuracy.prepared(n, Path(args.shared), work / "datasets") for n in names}
     sampled = sampled_blocks_study(w1, args.batches, args.repeat, args.hidden)
     whole = [whole_graph(n, d, args.repeat, args.hidden) for n, d in real.items()]
+    infer = [inference(n, d, work, args.hidden, max(1, args.repeat // 2)) for n, d in real.items()]
+    w1g = w1_graph(w1, args.cap, 3600) if args.w1_graph else None
     runs = []
     for hag in ("off", "on"):
         runs += [train(n, d, hag, "-1,-1", work, None, 1 if args.smoke else 5, 64) for n, d in real.items()]
@@ -208,7 +306,8 @@ def main(argv=None) -> dict:
     runs.sort(key=lambda r: (r["dataset"], r["hag"] != "off"))
     command = "python -m bench.hag " + " ".join(argv if argv is not None else sys.argv[1:])
     result = {"benchmark": "hag", "machine": info, "threads": threads, "w1": str(w1), "batches": args.batches,
-              "hidden": args.hidden, "command": command.strip(), "sampled": sampled, "whole": whole, "train": runs}
+              "hidden": args.hidden, "command": command.strip(), "sampled": sampled, "whole": whole,
+              "calibration": calibration(whole), "inference": infer, "w1_graph": w1g, "train": runs}
     write_json(args.out, result)
     print(table(result))
     if args.report:
