@@ -223,7 +223,7 @@ def test_hag_bench_smoke(tmp_path):
     (cora,) = result["whole"]
     assert cora["rows_hag"] < cora["rows_plain"] and cora["agg_nodes"] > 0
     assert all(cora[f"{k}_{d}_s"] > 0 for k in ("plain", "rewritten", "hag") for d in ("fwd", "bwd"))
-    assert set(result["calibration"]) == {"saved_row_cost", "node_cost"}
+    assert len(result["calibration"]["saved_row_costs"]) == 2 and result["calibration"]["node_cost"] != 0
     (inf,) = result["inference"]  # Cora's whole graph is one chunk: it runs through its stored HAG
     assert inf["chunks_hag"] == inf["chunks"] == 1 and inf["rows_hag"] < inf["rows_plain"]
     assert inf["max_abs_diff"] < 1e-3 and inf["same_argmax"] > 0.99
