@@ -98,11 +98,11 @@ HAG_MIN_SAVING = _knob("HAG_MIN_SAVING", 0.1, "float",
                        "--hag auto: a block runs its HAG only where the cost model predicts at least this share "
                        "less time")
 # Measured by `python -m bench.hag` (docs/benchmarks.md, "HAG"), in units of one mean row read of a plain sum.
-HAG_SAVED_ROW_COST = _knob("HAG_SAVED_ROW_COST", 0.0, "float",
-                           "HAG cost model: what a row read the HAG removes cost (the shared rows are the cached "
-                           "ones; measured 0 on this machine's whole graphs)")
-HAG_NODE_COST = _knob("HAG_NODE_COST", 3.0, "float",
-                      "HAG cost model: one aggregation node (its two reads, its write and its level's pass)")
+HAG_SAVED_ROW_COST = _knob("HAG_SAVED_ROW_COST", -0.18, "float",
+                           "HAG cost model: the time a HAG saves per row read it removes (negative here: the reads it "
+                           "removes are of the most shared rows, already in cache, and its lists run slower per entry)")
+HAG_NODE_COST = _knob("HAG_NODE_COST", 5.75, "float",
+                      "HAG cost model: one aggregation node (its two reads, its write, its level's pass)")
 HAG_GRAPH_CHUNK = _knob("HAG_GRAPH_CHUNK", 16384, "int",
                         "destinations per block of a whole graph's stored HAG (and of --eval full through it)")
 HAG_MAX_DEGREE = _knob("HAG_MAX_DEGREE", 256, "int",

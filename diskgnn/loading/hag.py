@@ -8,10 +8,11 @@ units of one mean row read of the plain sum:
 
     plain = E        through the HAG = E - s * (E - E') + a * A
 
-s (defaults.HAG_SAVED_ROW_COST) is what a removed read cost and a
+s (defaults.HAG_SAVED_ROW_COST) is the time saved per removed read and a
 (defaults.HAG_NODE_COST) what a node costs, both measured by bench.hag on
-this machine. s is not 1: the reads a HAG removes are of the sources shared
-most, the rows most often still in cache. `auto` runs a HAG where it is
+this machine: s = -0.18, a = 5.75. s is not 1, and not even positive: the
+reads a HAG removes are of the sources shared most, rows still in cache,
+while the aggregation rows that replace them are colder. `auto` runs a HAG where it is
 predicted at least defaults.HAG_MIN_SAVING cheaper, `on` wherever it sums
 fewer rows (E' + 2A < E). Capacity: a quarter of the block's destinations
 (the paper's |V|/4). HAG applies to sums and means (sage, gcn), not to GAT's

@@ -166,8 +166,8 @@ class Loader:
                  and cfg.distributed != "cooperative" else "searched as each batch is decoded")
         return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
                 + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
-                   f"faster (a removed row read costs {defaults.HAG_SAVED_ROW_COST:g} of a mean one, an aggregation "
-                   f"node {defaults.HAG_NODE_COST:g}); no more searching where the first "
+                   f"faster (a removed row read saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an "
+                   f"aggregation node costs {defaults.HAG_NODE_COST:g}); no more searching where the first "
                    f"{defaults.HAG_PROBE_BATCHES} batches had none")]
 
     def graph_hag(self):
