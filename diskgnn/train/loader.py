@@ -38,6 +38,7 @@ from ..data.format import open_dataset
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..errors import DiskgnnError, UsageError
+from ..loading.graph_hag import graph_hag
 from ..loading.hag import HagBuilder
 from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
@@ -175,8 +176,6 @@ class Loader:
         if self.hag.mode == "off":
             return None
         if self._graph_hag is None:
-            from ..loading.graph_hag import graph_hag
-
             self._graph_hag = graph_hag(self.ds, self.hag.mode, fallback_dir=self.workdir, threads=self.cfg.threads,
                                         say=self.say)
         return self._graph_hag
