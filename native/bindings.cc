@@ -300,8 +300,8 @@ PYBIND11_MODULE(_native, m) {
                  const py::object& scale, bool self_loop) {
         const int64_t num_dst = static_cast<int64_t>(hag.indptr.size()) - 1;
         sum_rows(num_dst, src, out, scale, hag.num_src, num_dst, [&](auto in, auto o, int64_t dim, const float* k) {
-          std::vector<float> agg(hag.inputs.size() / 2 * dim);
-          diskgnn::hag_sum(hag, in, dim, k, self_loop, agg.data(), o, num_threads);
+          std::unique_ptr<float[]> agg(new float[hag.inputs.size() / 2 * dim]);  // every row written
+          diskgnn::hag_sum(hag, in, dim, k, self_loop, agg.get(), o, num_threads);
         });
       },
       py::arg("hag"), py::arg("src"), py::arg("out").noconvert(), py::arg("num_threads"), py::arg("scale"),
@@ -313,8 +313,8 @@ PYBIND11_MODULE(_native, m) {
         const int64_t num_dst = static_cast<int64_t>(hag.indptr.size()) - 1;
         sum_rows(num_dst, grad_out, grad_src, scale, num_dst, hag.num_src,
                  [&](auto g, auto o, int64_t dim, const float* k) {
-                   std::vector<float> grad_agg(hag.inputs.size() / 2 * dim);
-                   diskgnn::hag_sum_transpose(hag, g, dim, k, self_loop, grad_agg.data(), o, num_threads);
+                   std::unique_ptr<float[]> grad_agg(new float[hag.inputs.size() / 2 * dim]);  // zeroed inside
+                   diskgnn::hag_sum_transpose(hag, g, dim, k, self_loop, grad_agg.get(), o, num_threads);
                  });
       },
       py::arg("hag"), py::arg("grad_out"), py::arg("grad_src").noconvert(), py::arg("num_threads"),

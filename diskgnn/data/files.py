@@ -124,6 +124,43 @@ def read_index(path: Path, fmt: str, version: int) -> dict:
     return meta
 
 
+class RecordLog:
+    """The offsets and checksums of records written back to back: what a records file's index holds."""
+
+    def __init__(self):
+        self.offsets, self.checksums = [0], []
+
+    def write(self, f, rec) -> None:
+        f.write(rec)
+        self.offsets.append(self.offsets[-1] + len(rec))
+        self.checksums.append(xxhash.xxh3_64_hexdigest(rec))
+
+
+class RecordFile:
+    """Records back to back (sample files, graph HAG files), indexed by a JSON beside them (`offsets`, `checksums`,
+    `file_bytes`); memory-mapped, each record's checksum checked as it is read."""
+
+    what = "record"  # how errors name one
+
+    def __init__(self, path, fmt: str, version: int):
+        self.path = Path(path)
+        self.meta = read_index(self.path.with_suffix(".json"), fmt, version)
+        size = self.path.stat().st_size if self.path.exists() else -1
+        if size != self.meta["file_bytes"]:
+            raise DiskgnnError(f"{self.path}: {size} bytes, the index says {self.meta['file_bytes']}")
+        self.offsets = np.asarray(self.meta["offsets"], dtype=np.int64)
+        self._map = np.memmap(self.path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def record(self, i: int) -> memoryview:
+        buf = memoryview(self._map[self.offsets[i]: self.offsets[i + 1]])
+        if xxhash.xxh3_64_hexdigest(buf) != self.meta["checksums"][i]:
+            raise DiskgnnError(f"{self.path}: {self.what} {i} fails its checksum (file is corrupted)")
+        return buf
+
+
 def write_index_tmp(path: Path, meta: dict) -> Path:
     """Adds the checksum and writes the index under its temporary name (fsynced); the caller renames it last."""
     meta["manifest_checksum"] = manifest_checksum(meta)

@@ -19,10 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
 from .. import defaults
-from ..data.files import guard_io, read_index, temp_path, write_index_tmp
+from ..data.files import RecordFile, RecordLog, guard_io, temp_path, write_index_tmp
 from ..data.format import Dataset
 from ..errors import DiskgnnError
 from .blocks import full_block
@@ -44,13 +43,15 @@ def build(ds: Dataset, path: Path, chunk: int, threads: int) -> dict:
     tmp = temp_path(path)
     meta = {"format": GRAPH_HAG_FORMAT, "format_version": GRAPH_HAG_VERSION,
             "dataset": ds.manifest["manifest_checksum"], **_params(chunk), "bounds": bounds,
-            "plain_rows": [], "hag_edges": [], "agg_nodes": [], "offsets": [0], "checksums": []}
+            "plain_rows": [], "hag_edges": [], "agg_nodes": []}
+    log = RecordLog()
     start = time.perf_counter()
 
     def one(c: int):
         block, _ = full_block(indptr, indices, np.arange(bounds[c], bounds[c + 1]))
-        hag, plain, through = search(block)
-        return (plain, hag.num_edges, hag.num_agg), encode([hag if through < plain else None])
+        hag, plain, _ = search(block)
+        counts = (plain, hag.num_edges, hag.num_agg)
+        return counts, encode([hag if pays("on", *counts) else None])
 
     def write_all() -> None:
         with open(tmp, "wb") as f, ThreadPoolExecutor(threads, thread_name_prefix="diskgnn-graph-hag") as pool:
@@ -58,9 +59,7 @@ def build(ds: Dataset, path: Path, chunk: int, threads: int) -> dict:
             for counts, rec in pool.map(one, range(len(bounds) - 1)):
                 for key, value in zip(("plain_rows", "hag_edges", "agg_nodes"), counts):
                     meta[key].append(value)
-                f.write(rec)
-                meta["offsets"].append(meta["offsets"][-1] + len(rec))
-                meta["checksums"].append(xxhash.xxh3_64_hexdigest(rec))
+                log.write(f, rec)
             f.flush()
             os.fsync(f.fileno())
 
@@ -70,46 +69,29 @@ def build(ds: Dataset, path: Path, chunk: int, threads: int) -> dict:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    meta["search_s"] = time.perf_counter() - start
-    meta["file_bytes"] = meta["offsets"][-1]
+    meta.update(search_s=time.perf_counter() - start, offsets=log.offsets, checksums=log.checksums,
+                file_bytes=log.offsets[-1])
     index = write_index_tmp(path.with_suffix(".json"), meta)
     os.replace(tmp, path)
     os.replace(index, path.with_suffix(".json"))
     return meta
 
 
-class GraphHag:
+class GraphHag(RecordFile):
     """A dataset's stored whole-graph HAG: chunk c's (checked on read) where `mode` says it pays, else None."""
 
+    what = "chunk"
+
     def __init__(self, path: Path, ds: Dataset, mode: str):
-        self.path, self.mode = Path(path), mode
-        self.meta = read_index(self.path.with_suffix(".json"), GRAPH_HAG_FORMAT, GRAPH_HAG_VERSION)
+        super().__init__(path, GRAPH_HAG_FORMAT, GRAPH_HAG_VERSION)
         if self.meta["dataset"] != ds.manifest["manifest_checksum"]:
             raise DiskgnnError(f"{self.path}: searched for another version of {ds.path}")
-        size = self.path.stat().st_size if self.path.exists() else -1
-        if size != self.meta["file_bytes"]:
-            raise DiskgnnError(f"{self.path}: {size} bytes, the index says {self.meta['file_bytes']}")
         m = self.meta
-        self.bounds = m["bounds"]
+        self.mode, self.bounds = mode, m["bounds"]
         self.used = [pays(mode, *counts) for counts in zip(m["plain_rows"], m["hag_edges"], m["agg_nodes"])]
 
-    @property
-    def chunk(self) -> int:
-        return self.meta["chunk"]
-
-    def __len__(self) -> int:
-        return len(self.bounds) - 1
-
     def __getitem__(self, c: int):
-        if not self.used[c]:
-            return None
-        lo, hi = self.meta["offsets"][c], self.meta["offsets"][c + 1]
-        with open(self.path, "rb") as f:
-            f.seek(lo)
-            rec = f.read(hi - lo)
-        if xxhash.xxh3_64_hexdigest(rec) != self.meta["checksums"][c]:
-            raise DiskgnnError(f"{self.path}: chunk {c} fails its checksum (file is corrupted)")
-        return decode(rec)[0]
+        return decode(self.record(c))[0] if self.used[c] else None
 
     def stats(self) -> dict:
         """What running it saves: chunks through a HAG and rows summed, per layer over the whole graph."""
@@ -143,8 +125,9 @@ def graph_hag(ds: Dataset, mode: str, *, fallback_dir: Path, chunk: int | None =
                 raise
             say(f"hag: {e}; trying {candidates[i + 1]}")
             continue
-        through = sum(min(p, e + 2 * a) for p, e, a in zip(meta["plain_rows"], meta["hag_edges"], meta["agg_nodes"]))
-        saved = 1 - through / max(1, sum(meta["plain_rows"]))
-        say(f"hag: searched in {meta['search_s']:.1f} s: {sum(meta['agg_nodes']):,} aggregation nodes, "
-            f"{saved:.1%} fewer rows summed where every chunk runs its HAG")
-        return GraphHag(path, ds, mode)
+        found = GraphHag(path, ds, mode)
+        st = found.stats()
+        say(f"hag: searched in {meta['search_s']:.1f} s: {sum(meta['agg_nodes']):,} aggregation nodes; under --hag "
+            f"{mode} {st['used']} of {st['chunks']} chunks run theirs, "
+            f"{1 - st['rows_hag'] / max(1, st['rows_plain']):.1%} fewer rows summed")
+        return found

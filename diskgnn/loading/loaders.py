@@ -74,16 +74,17 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) ->
     share = None if cooperative is None else cooperative(batch)
     seeds = batch.seeds if share is None else share.seed_ids
     y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
+    stored = batch.hag_bytes if share is None else None
     if share is None:
         blocks = sampled_blocks(batch)
-        if batch.hag_bytes is not None and device == "cpu":  # the HAG kernels are the CPU's
-            for block, stored in zip(blocks, hag_decode(batch.hag_bytes)[::-1]):  # the model's order
-                block.hag = stored
-            hag = None
     else:
         blocks, batch = [layer.block for layer in share.layers], Batch(batch.index, share.input_ids, [], 0)
-    if hag is not None and device == "cpu":
-        hag.attach(blocks)
+    if device == "cpu":  # the HAG kernels are the CPU's
+        if stored is not None:
+            for block, found in zip(blocks, hag_decode(stored)[::-1]):  # the model's order
+                block.hag = found
+        elif hag is not None:
+            hag.attach(blocks)
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]
         y = y.pin_memory()

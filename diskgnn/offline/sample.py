@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
 from .. import defaults
-from ..data.files import guard_io, read_chunks, read_index, temp_path, write_index_tmp
+from ..data.files import RecordFile, RecordLog, guard_io, read_chunks, temp_path, write_index_tmp
 from ..data.format import Dataset
 from ..errors import DiskgnnError
 
@@ -140,30 +139,17 @@ def batch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
     return rng.permutation(num_batches)
 
 
-class SampleFile:
+class SampleFile(RecordFile):
     """An epoch's sampled batches; checksums are checked as each batch is read."""
 
-    def __init__(self, path):
-        self.path = Path(path)
-        self.meta = read_index(self.path.with_suffix(".json"), SAMPLES_FORMAT, SAMPLES_VERSION)
-        size = self.path.stat().st_size if self.path.exists() else -1
-        if size != self.meta["file_bytes"]:
-            raise DiskgnnError(f"{self.path}: {size} bytes, the index says {self.meta['file_bytes']}")
-        self.offsets = np.asarray(self.meta["offsets"], dtype=np.int64)
-        self._map = np.memmap(self.path, dtype=np.uint8, mode="r") if size else np.zeros(0, np.uint8)
+    what = "batch"
 
-    def __len__(self) -> int:
-        return len(self.offsets) - 1
+    def __init__(self, path):
+        super().__init__(path, SAMPLES_FORMAT, SAMPLES_VERSION)
 
     @property
     def fanouts(self) -> list[int]:
         return self.meta["fanouts"]
-
-    def record(self, b: int) -> memoryview:
-        buf = memoryview(self._map[self.offsets[b]: self.offsets[b + 1]])
-        if xxhash.xxh3_64_hexdigest(buf) != self.meta["checksums"][b]:
-            raise DiskgnnError(f"{self.path}: batch {b} fails its checksum (file is corrupted)")
-        return buf
 
     @property
     def hag_mode(self) -> str:
@@ -249,13 +235,11 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)
     tmp = temp_path(out_path)
-    offsets, checksums = [0], []
+    log = RecordLog()
 
     def write(f, records) -> None:
         for rec in records:
-            f.write(rec)
-            offsets.append(offsets[-1] + len(rec))
-            checksums.append(xxhash.xxh3_64_hexdigest(rec))
+            log.write(f, rec)
 
     def with_hags(pool, records: list) -> list:
         if hag is None or not hag.active:
@@ -295,7 +279,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "sampler": sampler.kind, "layer_dependency": sampler.layer_dependency,
         "batch_dependency": sampler.batch_dependency,
         "num_batches": len(batches), "num_seeds": int(seeds.size), "shard": list(shard),
-        "offsets": offsets, "checksums": checksums, "file_bytes": offsets[-1],
+        "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
         "hag": {"mode": hag.mode if hag is not None else "off"},
     }
     meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)

@@ -102,7 +102,7 @@ def test_epochs_of_many_groups_are_written_in_order(dataset, tmp_path):
 
 
 def test_a_failed_write_fails_the_epoch_and_leaves_no_file(dataset, tmp_path, monkeypatch):
-    import diskgnn.offline.sample as sample_module
+    import diskgnn.data.files as files_module  # where RecordLog hashes each record as it is written
 
     calls = []
 
@@ -112,7 +112,7 @@ def test_a_failed_write_fails_the_epoch_and_leaves_no_file(dataset, tmp_path, mo
             raise OSError(28, "No space left on device")
         return "0"
 
-    monkeypatch.setattr(sample_module.xxhash, "xxh3_64_hexdigest", failing_hash)
+    monkeypatch.setattr(files_module.xxhash, "xxh3_64_hexdigest", failing_hash)
     with pytest.raises(DiskgnnError, match="f.samples: no space left on device while writing"):
         sample_epoch(dataset, tmp_path / "f.samples", fanouts=[3], batch_size=1, seed=0, epoch=0)
     assert not list(tmp_path.iterdir()), "a file or its temporary sibling stayed behind"
