@@ -18,6 +18,7 @@ from setuptools import setup
 
 NATIVE_SOURCES = [
     "native/aggregate.cc",
+    "native/assemble.cc",
     "native/bindings.cc",
     "native/dropout.cc",
     "native/hag.cc",

@@ -116,6 +116,18 @@ ONEDNN_CACHE = _knob("ONEDNN_CACHE", 16, "int",
 INFERENCE_CHUNK = _knob("INFERENCE_CHUNK", 4096, "int",
                         "destination nodes per block in layer-wise full-neighbour inference")
 
+# -- the GPU path --------------------------------------------------------------------------------
+CUDA_BASE_RSS = _knob("CUDA_BASE_RSS", 1 << 30, "size",
+                      "train's plan with CUDA: the CUDA context and its libraries' host memory beside "
+                      "TRAIN_BASE_RSS (an estimate until measured on a GPU machine)")
+DEVICE_FILL_CHUNK = _knob("DEVICE_FILL_CHUNK", 16 << 20, "size",
+                          "each of the two pinned buffers the device tier is filled through")
+ZERO_COPY_CALIBRATION_ROWS = _knob("ZERO_COPY_CALIBRATION_ROWS", 40960, "int",
+                                   "--zero-copy auto: rows gathered each way by the start-up calibration")
+ZERO_COPY_MARGIN = _knob("ZERO_COPY_MARGIN", 1.05, "float",
+                         "--zero-copy auto: zero copy is taken where it measured at least this many times "
+                         "the CPU gather's speed")
+
 # -- the native reader (io_uring / pread) ----------------------------------------------------------
 QUEUE_DEPTH = _knob("QUEUE_DEPTH", 64, "int",
                     "reads in flight per io_uring ring, or pread threads; each holds a bounce buffer of "

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aggregate.h"
+#include "assemble.h"
 #include "dropout.h"
 #include "hag.h"
 #include "packer.h"
@@ -203,6 +204,59 @@ PYBIND11_MODULE(_native, m) {
       py::arg("indptr"), py::arg("indices"), py::arg("grad_out"), py::arg("grad_src").noconvert(),
       py::arg("num_threads"), py::arg("scale"), py::arg("self_loop"),
       "grad_src[j] = sum of scale[i] * grad_out[i] over the edges (j -> i): csc_sum's transpose.");
+
+  // Rows as bytes: a C-contiguous 2-d array of any dtype, row_bytes = its width times its item size.
+  auto row_bytes_of = [](const py::array& a, const char* what) {
+    if (a.ndim() != 2 || !(a.flags() & py::array::c_style)) {
+      throw std::invalid_argument(std::string("assemble_rows: ") + what + " must be a C-contiguous 2-d array");
+    }
+    return static_cast<int64_t>(a.shape(1) * a.itemsize());
+  };
+  m.def(
+      "assemble_rows",
+      [row_bytes_of](py::array& out, const py::list& sources, int num_threads) {
+        const int64_t row_bytes = row_bytes_of(out, "out");
+        if (!out.writeable()) throw std::invalid_argument("assemble_rows: out is not writable");
+        std::vector<diskgnn::RowSource> rs;
+        std::vector<py::object> keep;  // the arrays, ids converted to int64, alive until the copy ends
+        // null where the source gives none (None)
+        auto ids = [&keep](const py::handle& h) -> const int64_t* {
+          if (h.is_none()) return nullptr;
+          auto a = id_array::ensure(h);
+          if (!a || a.ndim() != 1) throw std::invalid_argument("assemble_rows: ids must be 1-d integer arrays");
+          keep.push_back(a);
+          return a.data();
+        };
+        auto length = [](const py::handle& h) { return h.is_none() ? int64_t{-1} : static_cast<int64_t>(py::len(h)); };
+        for (const py::handle& item : sources) {
+          auto t = item.cast<py::tuple>();
+          if (t.size() != 4) throw std::invalid_argument("assemble_rows: a source is (rows, slots, positions, first)");
+          auto rows = t[0].cast<py::array>();
+          if (row_bytes_of(rows, "rows") != row_bytes) {
+            throw std::invalid_argument("assemble_rows: a source's rows are not as wide as out's");
+          }
+          const int64_t n_slots = length(t[1]), n_positions = length(t[2]);
+          if (n_slots >= 0 && n_positions >= 0 && n_slots != n_positions) {
+            throw std::invalid_argument("assemble_rows: a source's slots and positions differ in length");
+          }
+          diskgnn::RowSource s;
+          s.rows = static_cast<const uint8_t*>(rows.data());
+          s.num_rows = rows.shape(0);
+          s.slots = ids(t[1]);
+          s.positions = ids(t[2]);
+          s.first = t[3].cast<int64_t>();
+          s.count = n_slots >= 0 ? n_slots : n_positions >= 0 ? n_positions : s.num_rows;
+          keep.push_back(rows);
+          rs.push_back(s);
+        }
+        uint8_t* o = static_cast<uint8_t*>(out.mutable_data());
+        const int64_t out_rows = out.shape(0);
+        py::gil_scoped_release release;
+        diskgnn::assemble_rows(rs, row_bytes, o, out_rows, num_threads);
+      },
+      py::arg("out").noconvert(), py::arg("sources"), py::arg("num_threads"),
+      "out[positions[i]] = rows[slots[i]] for each source (rows, slots, positions, first); slots None: rows[i], "
+      "positions None: first + i; rows of every array as wide in bytes as out's.");
 
   // Elementwise kernels' arrays: rows_type's, all of one size.
   auto elementwise = [rows_type](std::initializer_list<const py::array*> arrays, const char* what) {

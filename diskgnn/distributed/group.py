@@ -81,7 +81,8 @@ class Group:
 
 
 def join(mode: str, device: str, timeout_s: float) -> Group:
-    """The run's group: one process for --distributed none, else the torchrun group, joined."""
+    """The run's group: one process for --distributed none, else the torchrun group, joined. `device`: --device
+    as given; the transport is NCCL where it may run on a GPU (the plan decides the device itself, after)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if mode == "none":
         if world > 1:
@@ -93,8 +94,8 @@ def join(mode: str, device: str, timeout_s: float) -> Group:
         raise UsageError(f"--distributed {mode}: start it with torchrun (the environment lacks "
                          f"{', '.join(missing)}), e.g. torchrun --nproc-per-node 2 -m diskgnn.train ...")
     rank, local = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
-    backend = "nccl" if device == "cuda" else "gloo"
-    if device == "cuda":
+    backend = "nccl" if device != "cpu" and torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
         torch.cuda.set_device(local)
     global _joined
     try:

@@ -44,9 +44,11 @@ class TensorBlock:
         """float32[num_dst, 1], each destination's in-degree."""
         return (self.indptr[1:] - self.indptr[:-1]).to(torch.float32).unsqueeze(1)
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.indptr, self.indices, self.dst, self.inv_deg, self.inv_deg_self
+
     def _map(self, fn) -> "TensorBlock":
-        return TensorBlock(self.num_dst, self.num_src, fn(self.indptr), fn(self.indices), fn(self.dst),
-                           fn(self.inv_deg), fn(self.inv_deg_self), self.hag)
+        return TensorBlock(self.num_dst, self.num_src, *map(fn, self.tensors()), self.hag)
 
     def to(self, device, non_blocking: bool = False) -> "TensorBlock":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))

@@ -38,13 +38,25 @@ class MiniBatch:
     (the sampled batch: global ids). Under cooperative minibatching `share` is this rank's part of the
     global batch, and `input_nodes` the rows it reads."""
 
-    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share")
+    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready")
 
     def __init__(self, batch, blocks, labels, share=None, label_source=None):
         self.batch, self.blocks, self.labels, self.share = batch, blocks, labels, share
         self.label_source = label_source  # every node's labels (to_pyg's y)
         self.pending = None
         self.x = None
+        self.ready = None  # with CUDA: the event after the batch's copies, on the copy stream
+
+    def wait(self) -> None:
+        """Makes the consumer's stream wait for the batch's copies (a no-op on a CPU), and ties the batch's
+        device memory to that stream, so that the allocator reuses none of it while the step still runs."""
+        if self.ready is None:
+            return
+        stream = torch.cuda.current_stream(self.x.device)
+        stream.wait_event(self.ready)
+        for t in (self.x, self.labels, *(t for b in self.blocks for t in b.tensors())):
+            t.record_stream(stream)
+        self.ready = None
 
     @property
     def y(self):
@@ -91,13 +103,18 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) ->
     return MiniBatch(batch, blocks, y, share, labels)
 
 
-def _to_device(work: MiniBatch, device: str, x) -> MiniBatch:
-    if device != "cpu":
-        work.blocks = [b.to(device, non_blocking=True) for b in work.blocks]
-        work.labels = work.labels.to(device, non_blocking=True)
-        if work.share is not None:
-            work.share = work.share.to(device, work.blocks)
-    work.x = x
+def _to_device(work: MiniBatch, store: FeatureStore) -> MiniBatch:
+    """The batch's features (the store's to_device) and, with a device, its blocks and labels, copied on the
+    store's copy stream; `ready` marks their end."""
+    device = store.device
+    with store.stream():
+        work.x = store.to_device(work.pending)
+        if device != "cpu":
+            work.blocks = [b.to(device, non_blocking=True) for b in work.blocks]
+            work.labels = work.labels.to(device, non_blocking=True)
+            if work.share is not None:
+                work.share = work.share.to(device, work.blocks)
+        work.ready = store.ready_event()
     return work
 
 
@@ -134,7 +151,7 @@ class OfflineLoader:
             return copy(work) if self.device == "cpu" else work  # on CPU the host rows are the input
 
         def copy(work):
-            return _to_device(work, self.device, self.store.to_device(work.pending))
+            return _to_device(work, self.store)
 
         return _pipeline(order, sample, read, assemble, copy, self.device, self.read_depth)
 
@@ -157,7 +174,7 @@ class OnlineLoader:
         self.labels, self.device, self.read_depth = labels, device, read_depth
         self.graph = graph or open_graph(dataset)
         self.store = FeatureStore(dataset, None, None, device=device, backend=backend, tiers=[],
-                                  features=features or feature_source(dataset))
+                                  features=features or feature_source(dataset), read_depth=read_depth)
 
     def __len__(self) -> int:
         return len(self.batches)
@@ -178,7 +195,7 @@ class OnlineLoader:
 
         def assemble(work):
             self.store.finish(work.pending)
-            return _to_device(work, self.device, self.store.to_device(work.pending))
+            return _to_device(work, self.store)
 
         return _pipeline(order, sample, read, assemble, None, "cpu", self.read_depth)
 

@@ -7,10 +7,12 @@ cache), then the rows the last batches already brought into memory
 through the page cache (`SegmentTier`), then its own pack region on disk
 (`PackTier`), which must hold whatever is left. Without packs (ids known only
 when asked for: the PyG feature store) the chain ends in `FileTier`, which
-gathers whatever is left from the feature file itself. Every tier has one interface: `claim` (which
-of the positions still unserved it holds, and the start of fetching them) and
-`fill` (write them into the batch's rows). A new kind of tier (the rows of the
-previous batches, another rank's rows) is one new class in the chain.
+gathers whatever is left from the feature file itself. Every tier has one
+interface: `claim` (which of the positions still unserved it holds, and the
+start of fetching them: reads land in the batch's staging slab) and `served`
+(where those rows are, as `Rows`: in the slab, or in a table by slot). The
+store puts every tier's `Rows` in place in one step (store.py). A new kind of
+tier (another rank's rows) is one new class in the chain.
 
 Tiers move stored rows of a FeatureSource (features.bin's or a quantized
 variant's codes); decoding happens after the last tier, on the device.
@@ -22,12 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import defaults
 from ..data.features import FeatureSource, feature_source
 from ..data.format import Dataset
 from ..errors import DiskgnnError
 from ..io.reader import FeatureReader, FileReader
 from ..offline.pack import PackFile
 from ..offline.placement import Placement
+from .staging import Slab, fill_rows
 
 
 @dataclass
@@ -37,23 +41,39 @@ class TierStats:
     bytes: int = 0
 
 
+@dataclass
+class Rows:
+    """Where some of a batch's rows are: row `positions[i]` of the batch is `table[slots[i]]`, or, without a
+    table, row `first + i` of the batch's slab. `table`: host rows (numpy), a device tensor, a zero-copy
+    MappedRows, or a callable giving one of those where the rows are put in place (rows an earlier batch
+    brought, ready by then)."""
+
+    positions: np.ndarray
+    table: object = None
+    slots: np.ndarray | None = None
+    first: int = 0
+
+    def resolved(self):
+        return self.table() if callable(self.table) else self.table
+
+
 class Tier:
-    """One level of the store. Subclasses set `name` and implement claim and fill."""
+    """One level of the store. Subclasses set `name` and implement claim and rows."""
 
     name: str
-    on_device = False  # filled into the device tensor after the host rows crossed, not into host rows
 
-    def claim(self, batch, todo: np.ndarray) -> tuple[np.ndarray, object]:
+    def claim(self, batch, todo: np.ndarray, slab: Slab) -> tuple[np.ndarray, object]:
         """Of the batch positions `todo` (rows of batch.nodes no earlier tier serves), a mask of those
-        this tier holds, and what fill needs for them (reads it started, slots)."""
+        this tier holds, and what `served` needs for them (reads it started into `slab`, slots)."""
         raise NotImplementedError
 
-    def fill(self, batch, positions: np.ndarray, state, out) -> None:
-        """Writes the claimed rows: out[positions] (a numpy array of host rows, or the device tensor)."""
+    def served(self, batch, positions: np.ndarray, state) -> Rows | None:
+        """Where the claimed rows are (reads waited for and checked), or None where it claimed none."""
         raise NotImplementedError
 
-    def assembled(self, batch, rows: np.ndarray) -> None:
-        """Sees a batch's finished host rows (the tiers that keep rows for later batches keep them here)."""
+    def assembled(self, batch, rows) -> None:
+        """Sees a batch's finished rows (host rows, or the device tensor on the device path): the tiers that
+        keep rows for later batches keep them here."""
 
     def close(self) -> None:
         pass
@@ -65,23 +85,16 @@ class PlacedTier(Tier):
     def __init__(self, name: str, index: int, placement: Placement, rows):
         self.name, self.index, self.placement = name, index, placement
         self.rows = rows  # torch.Tensor [num_rows, width] of stored rows
-        self.on_device = rows.device.type != "cpu"
+        self.table = rows.numpy() if rows.device.type == "cpu" else rows
 
-    def claim(self, batch, todo):
+    def claim(self, batch, todo, slab):
         nodes = batch.nodes if todo.size == batch.nodes.size else batch.nodes[todo]
         tier, slot = self.placement.locate(nodes)
         held = tier == self.index
-        return held, slot[held]
+        return held, slot[held].astype(np.int64)
 
-    def fill(self, batch, positions, slots, out):
-        if not self.on_device:
-            # numpy's fancy indexing is 3-4x faster than torch's on CPU tensors
-            out[positions] = np.take(self.rows.numpy(), slots, axis=0)
-            return
-        import torch
-
-        device = self.rows.device
-        out[torch.from_numpy(positions).to(device)] = self.rows[torch.from_numpy(slots.astype(np.int64)).to(device)]
+    def served(self, batch, positions, slots):
+        return Rows(positions, self.table, slots) if positions.size else None
 
 
 class ZeroCopyTier(PlacedTier):
@@ -92,47 +105,29 @@ class ZeroCopyTier(PlacedTier):
         from .uva import MappedRows
 
         super().__init__(name, index, placement, rows)
-        self.on_device = True
-        self.mapped = MappedRows(rows)
-
-    def fill(self, batch, positions, slots, out):
-        self.mapped.gather(slots, positions, out)
-
-
-def host_gather_path(device: str, zero_copy: str = "auto") -> tuple[bool, str]:
-    """Whether host tiers are gathered by the GPU (zero copy) on `device`, and the plan's line of why."""
-    if device == "cpu":
-        return False, "host tiers: rows gathered by the CPU (no device)"
-    from .uva import why_not
-
-    reason = "--zero-copy off" if zero_copy == "off" else why_not(device)
-    if reason is None:
-        return True, "host tiers: zero-copy, rows gathered by the GPU from mapped pinned memory (CuPy kernel)"
-    if zero_copy == "on":
-        raise DiskgnnError(f"--zero-copy on: {reason}")
-    return False, f"host tiers: CPU gather + pinned copy ({reason})"
+        self.table = MappedRows(rows)
 
 
 def load_tiers(dataset: Dataset, placement: Placement, device: str = "cpu", backend: str = "auto",
-               features: FeatureSource | None = None, zero_copy: str = "auto") -> list[PlacedTier]:
+               features: FeatureSource | None = None, zero_copy: bool = False) -> list[PlacedTier]:
     """Reads every placement tier's rows of `features` (default: features.bin) with coalesced gathers
-    (ids are sorted, so reads run forwards); the first tier goes to the device when there is one; host
-    tiers with a device are gathered by the GPU where host_gather_path says so, else pinned for the
-    copy. Shared by the stores of every pack file of a run."""
+    (ids are sorted, so reads run forwards), each straight into its own memory: the first tier, with a
+    device, into device memory through bounded pinned chunks (staging.fill_rows); host tiers into host
+    memory, mapped for the GPU's gathers under `zero_copy` (the plan's decision). Shared by the stores of
+    every pack file of a run."""
     import torch
 
-    gpu_gathers = host_gather_path(device, zero_copy)[0]
     tiers = []
     with FeatureReader(features or feature_source(dataset), backend) as reader:
         for t, (name, ids) in enumerate(zip(placement.tier_names, placement.tier_ids)):
-            rows = reader.gather(ids)
-            if t == 0 and device != "cpu":
-                tiers.append(PlacedTier(name, t, placement, rows.to(device)))
-            elif gpu_gathers:
-                tiers.append(ZeroCopyTier(name, t, placement, rows))
+            on_device = t == 0 and device != "cpu"
+            rows = torch.empty((ids.size, reader.width), dtype=reader.dtype, device=device if on_device else "cpu")
+            if on_device:
+                fill_rows(reader, ids, rows, defaults.DEVICE_FILL_CHUNK)
+                tiers.append(PlacedTier(name, t, placement, rows))
             else:
-                tiers.append(PlacedTier(name, t, placement, rows.pin_memory() if torch.cuda.is_available()
-                                        else rows))
+                reader.gather(ids, out=rows)
+                tiers.append((ZeroCopyTier if zero_copy else PlacedTier)(name, t, placement, rows))
     return tiers
 
 
@@ -145,36 +140,51 @@ def _held(positions: np.ndarray, size: int, todo: np.ndarray) -> np.ndarray:
 class RecentTier(Tier):
     """Rows one of the last batches (the pack index says which and where) already brought into memory: copied
     from that batch's assembled rows, which this tier keeps for the pack's window of batches. Those rows are in
-    no pack region. The batches must come in file order; where the batch a row is due from was not assembled
-    in this pass (a pass that starts mid-epoch, after --resume), the row is read from the feature file."""
+    no pack region. The batches must come in file order; where the batch a row is due from did not pass
+    through this store (a pass that starts mid-epoch, after --resume), the row is read from the feature file."""
 
     name = "recent"
 
     def __init__(self, packs: PackFile, source: FeatureSource, backend: str):
         self.packs, self.source, self.backend = packs, source, backend
-        self.rows = packs.batch_rows
-        self.window = self.rows.window
-        self._kept: dict[int, np.ndarray] = {}
+        self.batch_rows = packs.batch_rows
+        self.window = self.batch_rows.window
+        self._kept: dict[int, object] = {}
+        self._started: set[int] = set()  # batches claimed here lately: assembled before any later batch
         self._reader = None
 
-    def claim(self, batch, todo):
-        pos = self.rows.recent_pos[batch.index]
+    def claim(self, batch, todo, slab):
+        b, rows = batch.index, self.batch_rows
+        self._started.add(b)
+        self._started.discard(b - self.window - 1)
+        pos = rows.recent_pos[b]
         if not pos.size:
             return np.zeros(todo.size, dtype=bool), None
-        return _held(pos, batch.nodes.size, todo), None
-
-    def fill(self, batch, positions, state, out):
-        b, rows = batch.index, self.rows
-        pos, back, slot = rows.recent_pos[b], rows.recent_back[b], rows.recent_slot[b]
-        for w in np.unique(back):
+        back, slot = rows.recent_back[b], rows.recent_slot[b]
+        parts = []
+        for w in np.unique(back).tolist():
             mine = back == w
-            earlier = self._kept.get(b - int(w))
-            if earlier is not None:
-                out[pos[mine]] = earlier[slot[mine]]
+            if b - w in self._started:
+                parts.append(("kept", pos[mine], b - w, slot[mine].astype(np.int64)))
+                continue
+            if self._reader is None:
+                self._reader = FeatureReader(self.source, self.backend)
+            first, buf = slab.take(int(mine.sum()))
+            out = slab.view(first, buf.shape[0], self._reader.dtype)
+            parts.append(("read", pos[mine], first, self._reader.gather_async(batch.nodes[pos[mine]], out=out)))
+        return _held(pos, batch.nodes.size, todo), parts
+
+    def served(self, batch, positions, parts):
+        if parts is None:
+            return None
+        out = []
+        for kind, pos, where, how in parts:
+            if kind == "kept":
+                out.append(Rows(pos, (lambda earlier=where: self._kept[earlier]), how))
             else:
-                if self._reader is None:
-                    self._reader = FeatureReader(self.source, self.backend)
-                out[pos[mine]] = self._reader.gather(batch.nodes[pos[mine]]).numpy()
+                how.wait()
+                out.append(Rows(pos, first=where))
+        return out
 
     def assembled(self, batch, rows):
         if self.window:
@@ -189,8 +199,8 @@ class RecentTier(Tier):
 
 class SegmentTier(Tier):
     """Rows a batch shares with the other batches of its segment (packed once, in the segment's region),
-    gathered through the page cache with coalesced buffered reads; a region's checksum is checked on
-    its first use."""
+    gathered through the page cache with coalesced buffered reads into the batch's slab; a region's checksum
+    is checked on its first use."""
 
     name = "page_cache"
 
@@ -199,17 +209,16 @@ class SegmentTier(Tier):
         self._reader = None
         self._checked = set()
 
-    def claim(self, batch, todo):
+    def claim(self, batch, todo, slab):
         shared = self.packs.shared_pos[batch.index]
         if not shared.size:
             return np.zeros(todo.size, dtype=bool), None
-        return _held(shared, batch.nodes.size, todo), self._rows(batch.index)
+        return _held(shared, batch.nodes.size, todo), self._read(batch.index, slab)
 
-    def fill(self, batch, positions, rows, out):
-        if rows is not None:
-            out[self.packs.shared_pos[batch.index]] = rows
+    def served(self, batch, positions, first):
+        return None if first is None else Rows(self.packs.shared_pos[batch.index], first=first)
 
-    def _rows(self, b: int) -> np.ndarray:
+    def _read(self, b: int, slab: Slab) -> int:
         r = self.packs.segment_region(b)
         offset, length = self.packs.region(r)
         if self._reader is None:
@@ -220,9 +229,10 @@ class SegmentTier(Tier):
             self.packs.check(r, whole)
             self._checked.add(r)
         slots = self.packs.shared_slot[b]
-        rows = self._reader.gather_rows(slots, self.source.row_bytes, base_offset=offset,
-                                        num_rows=length // self.source.row_bytes)
-        return rows.view(self.source.dtype).reshape(slots.size, -1)
+        first, out = slab.take(slots.size)
+        self._reader.gather_rows(slots, self.source.row_bytes, base_offset=offset, out=out,
+                                 num_rows=length // self.source.row_bytes)
+        return first
 
     def close(self) -> None:
         if self._reader is not None:
@@ -230,9 +240,9 @@ class SegmentTier(Tier):
 
 
 class PackTier(Tier):
-    """The batch's own cold rows: one O_DIRECT range read of its pack region (started at claim, so that
-    several batches' reads are in flight), checked against the region's checksum, scattered into place.
-    It ends the chain: every row no earlier tier holds must be here."""
+    """The batch's own cold rows: one O_DIRECT range read of its pack region into the batch's slab (started at
+    claim, so that several batches' reads are in flight), checked against the region's checksum. It ends the
+    chain: every row no earlier tier holds must be here."""
 
     name = "disk"
 
@@ -240,44 +250,54 @@ class PackTier(Tier):
         self.packs, self.source = packs, source
         self.reader = FileReader(packs.path, backend)
 
-    def claim(self, batch, todo):
+    def claim(self, batch, todo, slab):
         own = self.packs.own_pos[batch.index]
         held = _held(own, batch.nodes.size, todo)
         if held.sum() != own.size:
             raise DiskgnnError(f"{self.packs.path}: batch {batch.index}'s packed rows overlap rows a memory tier "
                                "holds (the packs were written for another placement); pack again")
+        if not own.size:
+            return held, None
         offset, length = self.packs.region(batch.index)
-        read = self.reader.read_ranges_async([[offset, length, 0]], np.empty(length, dtype=np.uint8)) \
-            if length else None
-        return held, read
+        first, out = slab.take(own.size)
+        return held, (first, self.reader.read_ranges_async([[offset, length, 0]], out))
 
-    def fill(self, batch, positions, read, out):
-        if read is None:
-            return
-        buf = read.wait()
-        self.packs.check(batch.index, buf)
-        out[self.packs.own_pos[batch.index]] = buf.view(self.source.dtype).reshape(-1, self.source.width)
+    def served(self, batch, positions, state):
+        if state is None:
+            return None
+        first, read = state
+        self.packs.check(batch.index, read.wait())
+        return Rows(self.packs.own_pos[batch.index], first=first)
 
     def close(self) -> None:
         self.reader.close()
 
 
 class FileTier(Tier):
-    """Rows no memory tier holds, gathered by id from the feature file (O_DIRECT row reads, started at claim):
-    the end of a chain without packs, for ids that were not known ahead (the PyG feature store)."""
+    """Rows no memory tier holds, gathered by id from the feature file (O_DIRECT row reads into the batch's slab,
+    started at claim): the end of a chain without packs, for ids that were not known ahead (the online
+    loader's and the PyG feature store's)."""
 
     name = "disk"
 
     def __init__(self, source: FeatureSource, backend: str):
         self.reader = FeatureReader(source, backend)
 
-    def claim(self, batch, todo):
+    def claim(self, batch, todo, slab):
+        if not todo.size:
+            return np.ones(0, dtype=bool), None
         nodes = batch.nodes if todo.size == batch.nodes.size else batch.nodes[todo]
-        return np.ones(todo.size, dtype=bool), self.reader.gather_async(nodes) if nodes.size else None
+        first, _ = slab.take(nodes.size)
+        return np.ones(todo.size, dtype=bool), (first, self.reader.gather_async(
+            nodes, out=slab.view(first, nodes.size, self.reader.dtype)))
 
-    def fill(self, batch, positions, read, out):
-        if read is not None:
-            out[positions] = read.wait().numpy()
+    def served(self, batch, positions, state):
+        if state is None:
+            return None
+        first, read = state
+        read.wait()
+        return Rows(positions, first=first)
 
     def close(self) -> None:
         self.reader.close()
+

@@ -44,9 +44,9 @@ from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
 from ..offline.epochs import EpochFiles, OfflineEpochs
 from ..store.store import FeatureStore
-from ..store.tiers import host_gather_path, load_tiers
+from ..store.tiers import load_tiers
 from .config import TrainConfig, from_options, save
-from .plan import Plan, disk_copies, make_plan, resolve_device
+from .plan import Plan, disk_copies, make_plan
 
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -65,7 +65,6 @@ class Loader:
             raise UsageError("Loader: pass either a config or data and options, not both")
         self.cfg, self.group, self.log = config, group or Group(), log
         cfg = config
-        self.device = resolve_device(cfg.device)
         self.data = Path(cfg.data) if cfg.data else default_dataset(cfg.progress)
         self.ds = open_dataset(self.data)
         try:
@@ -88,6 +87,8 @@ class Loader:
         self.trained = {"batches": 0, "input_rows": 0, "destinations": [], "seeds": 0}
         # Tier hits and bytes and disk bytes, summed over finished train passes.
         self.accounting = {"tiers": {}, "disk_bytes": 0}
+        self.plan = make_plan(self.ds, self.source, cfg)  # decides the device, the precision, the host gather
+        self.device = self.plan.device
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
         self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
         self._graph_hag = None  # the whole graph's, for --eval full (loading/graph_hag.py), found at first use
@@ -95,15 +96,14 @@ class Loader:
         self.tiers = None
         self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
         self.backend = cfg.backend
-        self.plan = self._plan()
+        self.plan = self._place(self.plan)
         self.read_depth = self.plan.read_depth
 
     # -- planning -----------------------------------------------------------------------------
-    def _plan(self) -> Plan:
-        """Plans the run (logging the plan), then for offline sampling samples epoch 0, places its hottest
-        rows, checks the disk, samples and packs the eval sets and loads the memory tiers."""
+    def _place(self, plan: Plan) -> Plan:
+        """Logs the plan, then for offline sampling samples epoch 0, places its hottest rows, checks the disk,
+        samples and packs the eval sets and loads the memory tiers: the plan with the placement's numbers."""
         cfg, ds, group = self.cfg, self.ds, self.group
-        plan = make_plan(ds, self.source, cfg, self.device)
         for line in plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines():
             self.say(line)
         if cfg.sampling == "online":
@@ -135,9 +135,7 @@ class Loader:
                 if self.eval_seeds(split).size:
                     self.eval_files[split] = self.epochs.eval_files(
                         split, self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
-        if self.device != "cpu":
-            self.say(f"plan: {host_gather_path(self.device, cfg.zero_copy)[1]}")
-        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, cfg.zero_copy)
+        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.zero_copy)
         return plan
 
     def say(self, line: str) -> None:
@@ -241,7 +239,8 @@ class Loader:
 
     def _offline_source(self, files) -> OfflineLoader:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
-                             backend=self.cfg.backend, tiers=self.tiers, features=self.source)
+                             backend=self.cfg.backend, tiers=self.tiers, features=self.source,
+                             read_depth=self.read_depth, slab_rows=self.plan.batch_rows)
         self.backend = store.backend
         return OfflineLoader(files.samples, store, self.labels, self.device, self.read_depth, hag=self.hag)
 
@@ -303,7 +302,7 @@ class Loader:
             "memory_budget_bytes": self.plan.budget,
             "backend": self.backend,
             "device": self.device,
-            "host_gather": host_gather_path(self.device, self.cfg.zero_copy)[1],
+            "host_gather": self.plan.host_gather.line,
             "dataset": str(self.data),
             "plan": self.plan.to_dict(),
         }
@@ -339,6 +338,7 @@ class Pass:
         try:
             with pipeline:
                 for mb in pipeline:
+                    mb.wait()  # the consumer's stream waits for the batch's copies
                     if self.train:
                         self.loader._count(mb)
                     yield mb

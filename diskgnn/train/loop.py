@@ -28,7 +28,6 @@ from ..nn.models import GNN
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
-from .plan import resolve_device
 from .run import Run
 
 
@@ -40,7 +39,7 @@ def versions() -> dict:
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
-    group = join(cfg.distributed, resolve_device(cfg.device), cfg.dist_timeout_s)
+    group = join(cfg.distributed, cfg.device, cfg.dist_timeout_s)
     finished = False
     try:
         with AnonPeak() as memory:

@@ -1,11 +1,15 @@
 """The run's plan: what --memory-budget holds and where each byte of it goes, decided before any work.
 
-`make_plan` turns (dataset, feature rows, configuration, device) into a
-`Plan`: the working set (bounded from each layer's largest possible sources,
-destinations and edges and the model's temporaries), the reads in flight,
-each memory tier's bytes, the page cache the budget leaves (the topology is
-read ahead into it where it fits), the packer's buffers. Where the budget
-cannot hold the defaults it reads fewer batches ahead and packs from smaller
+`make_plan` turns (dataset, feature rows, configuration) into a `Plan`,
+deciding once what the rest of the run reads from it: the device, the
+precision, how host tiers' rows reach a GPU (zero copy or the CPU's gather,
+and why: under `--zero-copy auto` a short calibration measures both), the
+working set (bounded from each layer's largest possible sources,
+destinations and edges and the model's temporaries; with a device, only what
+stays on the host: the batches' pinned slabs), the reads in flight, each
+memory tier's bytes, the page cache the budget leaves (the topology is read
+ahead into it where it fits), the packer's buffers. Where the budget cannot
+hold the defaults it reads fewer batches ahead and packs from smaller
 buffers before it refuses. Once epoch 0 is sampled and placed,
 `Plan.placed` adds the expected hit rates and the disk the samples and
 packs will take. The run, the printed plan lines and summary.json's "plan"
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .. import defaults
 from ..data.features import FeatureSource
@@ -24,6 +29,8 @@ from ..data.format import Dataset
 from ..errors import DiskgnnError, UsageError
 from ..nn.models import activation_bytes, layer_dims
 from ..offline.sample import topology_bytes
+from ..store.store import HELD_BEYOND_READS
+from ..store.uva import HostGather, host_gather
 from ..units import format_size, parse_size
 from .config import TrainConfig
 
@@ -58,19 +65,27 @@ def disk_copies(cfg, train: int, val: int, test: int) -> float:
 
 
 def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
-                pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32") -> int:
-    """Host memory the run needs besides its caches: an estimate, checked against the budget."""
+                pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32", device: str = "cpu") -> int:
+    """Host memory the run needs besides its caches: an estimate, checked against the budget. `precision`: the
+    step's on a CPU."""
     layers = batch_layers(ds, cfg.batch_size, cfg.fanout_list)
     rows = layers[0][0]
-    # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
-    # the queues between), float32 model input after it (two queued, one being trained).
-    queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-    dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
-    activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
-    return (defaults.TRAIN_BASE_RSS + tables + queued + source.decode_bytes(rows) + activations + pack_memory
-            + pack_plan_bytes(ds, cfg, rows) + recent)
+    if device == "cpu":
+        # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
+        # the queues between), float32 model input after it (two queued, one being trained).
+        queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
+        dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
+        activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
+        recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
+        host = queued + source.decode_bytes(rows) + activations + recent
+    else:
+        # Past the copy stage every row, block and activation is device memory (the recent-rows tier keeps
+        # device rows too): the host holds the batches' pinned slabs (rows, ids, the blocks' pinned tensors),
+        # the device tier's two fill buffers and the CUDA context.
+        slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
+        host = slabs + 2 * defaults.DEVICE_FILL_CHUNK + defaults.CUDA_BASE_RSS
+    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + pack_plan_bytes(ds, cfg, rows)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
@@ -121,6 +136,8 @@ class Plan:
     budget_text: str  # --memory-budget as written
     budget: int
     device: str
+    precision: str  # the step's: fp32 or bf16 (--precision auto resolved for the device)
+    host_gather: HostGather  # with a device: zero copy or the CPU's gather of host tiers' rows, and why
     sampling: str
     features: str  # the stored rows' name: fp32 or a quantized spec
     features_file: str
@@ -133,6 +150,7 @@ class Plan:
     pack_floor: int  # the packer's buffers at least (0: online sampling packs nothing)
     tiers: dict[str, int]  # memory tier -> bytes, fastest first
     workload: str  # the model and the batches, as the memory line names them
+    batch_rows: int = 0  # a batch's input rows at most (batch_layers): what the pipeline's slabs are made for
     page_cache: int = 0  # what the budget leaves beyond the working set and the host cache
     topology_bytes: int = 0
     topology_read_ahead: bool = False
@@ -154,6 +172,10 @@ class Plan:
     @property
     def tier_rows(self) -> dict[str, int]:
         return {name: b // self.row_bytes for name, b in self.tiers.items()}
+
+    @property
+    def zero_copy(self) -> bool:
+        return self.host_gather.zero_copy
 
     def placed(self, placement, samples_bytes: int, rows: dict, copies: float, workdir, disk_free: int) -> "Plan":
         """The plan with epoch 0's placement and packs' rows (OfflineEpochs.epoch0_rows): expected hit rates of
@@ -195,6 +217,8 @@ class Plan:
                                 for name, b in self.tiers.items())
             + f"; device {self.device}; {self.workload}",
         ]
+        if self.device != "cpu":
+            out.append(f"plan: {self.host_gather.line}")
         if self.sampling == "online":
             out.append("plan: online sampling: no placement (future accesses unknown); every row is read from "
                        f"{self.features_file}")
@@ -219,7 +243,9 @@ class Plan:
 
     def to_dict(self) -> dict:
         """summary.json's "plan"."""
-        d = {"features": self.features, "row_bytes": self.row_bytes, "feature_bytes": self.feature_bytes,
+        d = {"device": self.device, "precision": self.precision, "host_gather": self.host_gather.line,
+             "host_gather_calibration": self.host_gather.measured,
+             "features": self.features, "row_bytes": self.row_bytes, "feature_bytes": self.feature_bytes,
              "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
              "working_set_bytes": self.working_set, "read_depth": self.read_depth,
              "features_fidelity": self.features_fidelity}
@@ -232,20 +258,19 @@ class Plan:
         return d
 
 
-def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host: int,
-         precision: str) -> tuple[int, int, int]:
+def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host: int, precision: str,
+         device: str) -> tuple[int, int, int]:
     """(reads in flight, packer floor, working set): the deepest reads (--read-depth, or READ_DEPTH down to
-    1), then the larger packer floor, that the budget holds beside an explicit --host-cache. `precision`: the
-    step's on the host (bf16 on a CPU)."""
+    1), then the larger packer floor, that the budget holds beside an explicit --host-cache."""
     depths = [cfg.read_depth] if cfg.read_depth is not None else range(defaults.READ_DEPTH, 0, -1)
     # online sampling packs nothing
     floors = (0,) if cfg.sampling == "online" else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
     for depth in depths:
         for pack in floors:
-            need = working_set(ds, source, cfg, depth, pack, precision)
+            need = working_set(ds, source, cfg, depth, pack, precision, device)
             if need + host <= budget:
                 return depth, pack, need
-    smallest = working_set(ds, source, cfg, depths[-1], floors[-1], precision)
+    smallest = working_set(ds, source, cfg, depths[-1], floors[-1], precision, device)
     if host and smallest <= budget:
         raise UsageError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
                            f"exceed --memory-budget {cfg.memory_budget}")
@@ -258,16 +283,25 @@ def _sampler_text(cfg: TrainConfig) -> str:
                      + ([f"batch dependency {cfg.batch_dependency}"] if cfg.batch_dependency > 1 else []))
 
 
-def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str) -> Plan:
-    """The plan of a run, before any work: refused with one line where the budget cannot hold it."""
+def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:
+    """The plan of a run, before any work: refused with one line where the budget cannot hold it. The device,
+    the precision and the host tiers' way to the device are decided here (a calibration runs for
+    --zero-copy auto on a GPU) and read from the plan everywhere else."""
+    device = resolve_device(cfg.device)
+    return plan_for(ds, source, cfg, device, resolve_precision(cfg, device),
+                    lambda: host_gather(device, cfg.zero_copy, source.row_bytes))
+
+
+def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str,
+             gather: Callable[[], HostGather]) -> Plan:
+    """make_plan's planning, the device's decisions given (`gather` is called once the budget is known to
+    hold the run: it may calibrate)."""
     if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
     budget = parse_size(cfg.memory_budget)
     explicit_host = 0 if cfg.host_cache == "auto" else parse_size(cfg.host_cache)
-    # A GPU's step keeps its temporaries on the device; a CPU's bf16 step keeps oneDNN's on the host.
-    host_precision = resolve_precision(cfg, device) if device == "cpu" else "fp32"
-    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host, host_precision)
+    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host, precision, device)
     features = ds.num_nodes * source.row_bytes
     # no tier larger than all the stored rows; auto: half of what the budget leaves after the working set
     # (the other half: page cache for segments and the OS)
@@ -283,14 +317,15 @@ def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str)
     plan = Plan(
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
         feature_dtype=ds.feature_dtype.name, splits={s: int(ds.split(s).size) for s in ("train", "val", "test")},
-        budget_text=cfg.memory_budget, budget=budget, device=device, sampling=cfg.sampling, features=source.name,
+        budget_text=cfg.memory_budget, budget=budget, device=device, precision=precision, host_gather=gather(),
+        sampling=cfg.sampling, features=source.name,
         features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
         raw_row_bytes=ds.row_bytes, working_set=need,
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
         or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers,
         workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
                  + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})",
-        recent_batches=cfg.recent_window)
+        batch_rows=batch_layers(ds, cfg.batch_size, cfg.fanout_list)[0][0], recent_batches=cfg.recent_window)
     if cfg.sampling == "online":
         return plan
     # What the budget leaves to the page cache goes first to the topology (read ahead only where it

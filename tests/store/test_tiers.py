@@ -9,7 +9,7 @@ from diskgnn.offline.pack import pack_epoch
 from diskgnn.offline.placement import access_counts, place
 from diskgnn.offline.sample import sample_epoch
 from diskgnn.store.store import FeatureStore
-from diskgnn.store.tiers import Tier, load_tiers
+from diskgnn.store.tiers import Rows, Tier, load_tiers
 
 from test_store import make_dataset
 
@@ -24,13 +24,13 @@ class EveryOtherRowOf(Tier):
         self.ids = np.asarray(ids[::2])
         self.rows = features[self.ids]
 
-    def claim(self, batch, todo):
+    def claim(self, batch, todo, slab):
         slots = np.searchsorted(self.ids, batch.nodes[todo])
         held = (slots < self.ids.size) & (self.ids[np.minimum(slots, self.ids.size - 1)] == batch.nodes[todo])
         return held, slots[held]
 
-    def fill(self, batch, positions, slots, out):
-        out[positions] = self.rows[slots]
+    def served(self, batch, positions, slots):
+        return Rows(positions, self.rows, slots)
 
 
 @pytest.fixture

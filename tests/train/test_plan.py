@@ -115,7 +115,7 @@ def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
     ds = open_dataset(train_data)
     source = feature_source(ds)
     cfg = config(train_data, tmp_path, host_cache="auto", memory_budget="1GiB")
-    plan = make_plan(ds, source, cfg, "cpu")
+    plan = make_plan(ds, source, cfg)
     assert plan.budget == 1 << 30 and plan.read_depth == READ_DEPTH and not plan.squeezed
     assert plan.working_set == working_set(ds, source, cfg, READ_DEPTH, PACK_MEMORY)
     assert plan.tiers == {"host": min(ds.num_nodes * ds.row_bytes, (plan.budget - plan.working_set) // 2)}
@@ -127,7 +127,7 @@ def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
     assert plan.to_dict()["tier_rows"] == {"host": plan.tiers["host"] // 64}
     assert not list(tmp_path.iterdir()), "planning wrote files"
 
-    online = make_plan(ds, source, config(train_data, tmp_path, sampling="online"), "cpu")
+    online = make_plan(ds, source, config(train_data, tmp_path, sampling="online"))
     assert online.pack_memory == 0 and not online.squeezed and "online sampling" in online.lines()[-1]
     assert "pack_memory_bytes" not in online.to_dict()
 
@@ -139,13 +139,13 @@ def test_the_plan_squeezes_then_refuses(train_data, tmp_path):
     source = feature_source(ds)
     cfg = config(train_data, tmp_path, host_cache="auto")
     tight = working_set(ds, source, cfg, read_depth=1, pack_memory=MIN_PACK_MEMORY)
-    plan = make_plan(ds, source, config(train_data, tmp_path, host_cache="auto", memory_budget=str(tight)), "cpu")
+    plan = make_plan(ds, source, config(train_data, tmp_path, host_cache="auto", memory_budget=str(tight)))
     assert plan.squeezed and plan.read_depth == 1 and plan.pack_floor == MIN_PACK_MEMORY
     assert "packer buffers from 64.0 MiB (the defaults, 4 and 256.0 MiB, do not fit)" in plan.lines()[2]
     with pytest.raises(DiskgnnError, match="--memory-budget 100MiB is too small"):
-        make_plan(ds, source, config(train_data, tmp_path, memory_budget="100MiB"), "cpu")
+        make_plan(ds, source, config(train_data, tmp_path, memory_budget="100MiB"))
     with pytest.raises(DiskgnnError, match="--host-cache 1GiB plus the working set"):
-        make_plan(ds, source, config(train_data, tmp_path, memory_budget=str(tight), host_cache="1GiB"), "cpu")
+        make_plan(ds, source, config(train_data, tmp_path, memory_budget=str(tight), host_cache="1GiB"))
 
 
 def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_path):
@@ -153,7 +153,7 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     from diskgnn.train.plan import make_plan
 
     ds = open_dataset(train_data)
-    plan = make_plan(ds, feature_source(ds), config(train_data, tmp_path), "cpu")
+    plan = make_plan(ds, feature_source(ds), config(train_data, tmp_path))
     counts = np.arange(ds.num_nodes, dtype=np.int32)
     placement = place(counts, ds.row_bytes, list(plan.tiers.items()))
     rows = {"pack_bytes": 3000, "input_rows": 500, "recent_rows": 100, "input_rows_per_batch": 50.0}
@@ -163,7 +163,7 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     assert "10.3 KiB on disk at once" in line and "of 50 rows per batch" in line
     with pytest.raises(DiskgnnError, match="needs ~10.3 KiB of disk"):
         plan.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=10_000)
-    recent = make_plan(ds, feature_source(ds), config(train_data, tmp_path, sampler="labor", batch_dependency=8), "cpu")
+    recent = make_plan(ds, feature_source(ds), config(train_data, tmp_path, sampler="labor", batch_dependency=8))
     assert recent.recent_batches == 1 and recent.working_set > plan.working_set
     line = recent.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=1 << 30).placed_line(tmp_path)
     assert "recent 20.0% (the last 1 batches' rows)" in line
@@ -202,3 +202,63 @@ def test_the_working_set_holds_the_packers_plan_for_an_epoch(train_data, tmp_pat
     assert pack_plan_bytes(ds, online, rows) == 0
     assert working_set(ds, source, cfg, 2, 0) - working_set(ds, source, online, 2, 0) == \
         PACK_PLAN_BYTES_PER_ROW * rows * batches
+
+
+def test_the_plan_decides_the_device_the_precision_and_the_host_gather_once(train_data, tmp_path):
+    """Everything after the plan reads these from it: the loader's device, the run's precision, the summary's
+    host gather line."""
+    from diskgnn.train.loop import train
+
+    summary = train(config(train_data, tmp_path, epochs=1, precision="bf16"))
+    plan = summary["plan"]
+    assert plan["device"] == summary["device"] == "cpu" and plan["precision"] == summary["precision"] == "bf16"
+    assert plan["host_gather"] == summary["host_gather"] == "host tiers: rows gathered by the CPU (no device)"
+
+
+def test_with_a_device_the_host_holds_only_the_slabs_and_the_plan_gives_the_rest_to_the_host_cache(
+        train_data, tmp_path):
+    """Planned for CUDA (the decisions given, so that it runs on a CPU): no model input, activations or recent
+    rows on the host, the pinned slabs of every batch between the read and the copy stage instead; what that
+    frees goes half to the host cache."""
+    from diskgnn.defaults import CUDA_BASE_RSS, DEVICE_FILL_CHUNK, TRAIN_BASE_RSS
+    from diskgnn.store.store import HELD_BEYOND_READS
+    from diskgnn.store.uva import HostGather
+    from diskgnn.train.plan import pack_plan_bytes, plan_for
+
+    ds = open_dataset(train_data)
+    source = feature_source(ds)
+    cfg = config(train_data, tmp_path, host_cache="auto", memory_budget="3GiB", device_cache="1MiB", hidden=512,
+                 sampler="labor", batch_dependency=8)
+    rows = batch_layers(ds, cfg.batch_size, cfg.fanout_list)[0][0]
+    gather = HostGather(False, "host tiers: as given")
+    gpu = plan_for(ds, source, cfg, "cuda", "bf16", lambda: gather)
+    cpu = plan_for(ds, source, cfg, "cpu", "fp32", lambda: gather)
+    slabs = (READ_DEPTH + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
+    assert gpu.working_set == (TRAIN_BASE_RSS + ds.num_nodes * 13 + slabs + 2 * DEVICE_FILL_CHUNK + CUDA_BASE_RSS
+                               + PACK_MEMORY + pack_plan_bytes(ds, cfg, rows))
+    cpu_host_side = cpu.working_set - (TRAIN_BASE_RSS + ds.num_nodes * 13 + PACK_MEMORY + pack_plan_bytes(ds, cfg, rows))
+    assert cpu_host_side > slabs  # the CPU's step keeps its input, activations and the recent rows on the host
+    assert gpu.tiers["device"] == 1 << 20 and gpu.host_gather is gather and gpu.precision == "bf16"
+    assert gpu.lines()[-2] == "plan: host tiers: as given" and "device cuda" in gpu.lines()[2]
+    free = 3 << 30
+    assert gpu.tiers["host"] == min(ds.num_nodes * ds.row_bytes, (free - gpu.working_set) // 2)
+
+
+def test_zero_copy_is_taken_as_the_option_and_the_calibration_say():
+    from diskgnn.defaults import ZERO_COPY_MARGIN
+    from diskgnn.errors import DiskgnnError
+    from diskgnn.store.uva import decide
+
+    def never():
+        raise AssertionError("calibrated where the option decides")
+
+    assert not decide("off", None, never).zero_copy and decide("off", None, never).line.endswith("(--zero-copy off)")
+    assert decide("on", None, never).zero_copy
+    assert not decide("auto", "no CuPy", never).zero_copy and "(no CuPy)" in decide("auto", "no CuPy", never).line
+    with pytest.raises(DiskgnnError, match="--zero-copy on: no CuPy"):
+        decide("on", "no CuPy", never)
+    faster = decide("auto", None, lambda: (ZERO_COPY_MARGIN * 10.0, 10.0))
+    assert faster.zero_copy and "zero copy 10.5 GB/s, CPU gather and copy 10.0 GB/s" in faster.line
+    assert faster.measured == {"zero_copy_gb_per_s": pytest.approx(10.5), "cpu_gather_gb_per_s": 10.0}
+    slower = decide("auto", None, lambda: (10.4, 10.0))
+    assert not slower.zero_copy and "--zero-copy auto, calibrated: zero copy 10.4 GB/s" in slower.line
