@@ -1,4 +1,5 @@
-"""Neighbour sums over a block's CSC on the CPU, in native threads, with their transpose for backward.
+"""Neighbour sums over a block's CSC: on the CPU in native threads, elsewhere as CSR products; with their
+transpose for backward.
 
 Plain `index_add_` over `h[indices]` makes an (edges x width) temporary in
 forward and another in backward; the native kernels (native/aggregate.h)
@@ -13,9 +14,14 @@ rewritten lists by the same kernel, scale and self row folded in as before.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from .. import defaults
+
+# torch says once per process that its sparse CSR tensors are "beta"; CsrSum uses only their products.
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
 
 
 def native_view(t: torch.Tensor):
@@ -60,3 +66,40 @@ class NeighbourSum(torch.autograd.Function):
             _native.csc_sum_transpose(block.indptr.numpy(), block.indices.numpy(), native_view(grad_out),
                                       native_view(grad), threads, ctx.scale, ctx.self_loop)
         return grad, None, None, None
+
+
+class CsrSum(torch.autograd.Function):
+    """The same sums on other devices (a GPU): out = A @ h with A the block's CSC read as a CSR matrix
+    (destinations by sources) whose entries carry the scale, plus scale * h[:num_dst] with self_loop; backward
+    is A's transpose times the gradient. Sparse-dense products walk each destination's list once (cuSPARSE on
+    a GPU), with neither index_add's atomic scatter nor an (edges x width) temporary; they run in float32
+    (bf16 rows are widened first and the sums rounded once, as on the CPU)."""
+
+    @staticmethod
+    def forward(ctx, h, block, scale=None, self_loop=False):
+        rows = h.detach().float()
+        values = scale.repeat_interleave(block.indptr[1:] - block.indptr[:-1], output_size=block.indices.numel()) \
+            if scale is not None else torch.ones(block.indices.numel(), dtype=torch.float32, device=h.device)
+        a = torch.sparse_csr_tensor(block.indptr, block.indices, values, (block.num_dst, h.shape[0]),
+                                    check_invariants=False)
+        out = torch.sparse.mm(a, rows) if block.indices.numel() else rows.new_zeros((block.num_dst, h.shape[1]))
+        if self_loop:
+            out += rows[: block.num_dst] * (scale.unsqueeze(1) if scale is not None else 1)
+        ctx.block, ctx.values, ctx.scale, ctx.self_loop, ctx.num_src = block, values, scale, self_loop, h.shape[0]
+        return out.to(h.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        block, g = ctx.block, grad_out.float()
+        # A's transpose as a CSR matrix: its entries sorted by source (stable: each list keeps its order).
+        order = torch.argsort(block.indices, stable=True)
+        counts = torch.bincount(block.indices, minlength=ctx.num_src)
+        indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
+        at = torch.sparse_csr_tensor(indptr, block.dst.index_select(0, order), ctx.values.index_select(0, order),
+                                     (ctx.num_src, block.num_dst), check_invariants=False)
+        grad = torch.sparse.mm(at, g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
+        if ctx.self_loop:
+            grad[: block.num_dst] += g * (ctx.scale.unsqueeze(1) if ctx.scale is not None else 1)
+        return grad.to(grad_out.dtype), None, None, None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .aggregate import NeighbourSum
+from .aggregate import CsrSum, NeighbourSum
 
 
 @dataclass
@@ -67,8 +67,8 @@ class TensorBlock:
         return self._aggregate(h, self.inv_deg_self if self_loop else self.inv_deg, self_loop)
 
     def _aggregate(self, h: torch.Tensor, scale: torch.Tensor | None, self_loop: bool) -> torch.Tensor:
-        if h.device.type == "cpu" and h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16):
-            return NeighbourSum.apply(h, self, scale, self_loop)
+        if h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16):
+            return (NeighbourSum if h.device.type == "cpu" else CsrSum).apply(h, self, scale, self_loop)
         wide = torch.float32 if h.dtype in (torch.bfloat16, torch.float16) else h.dtype
         total = torch.zeros((self.num_dst,) + tuple(h.shape[1:]), dtype=wide, device=h.device)
         total = total.index_add(0, self.dst, h[self.indices].to(wide))

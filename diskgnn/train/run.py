@@ -26,7 +26,6 @@ from ..distributed.group import Group
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
-from .plan import resolve_precision
 
 
 class Run:
@@ -36,7 +35,7 @@ class Run:
         self.cfg, self.group = cfg, group
         self.loader = Loader(config=cfg, group=group)
         self.device = self.loader.device
-        self.precision = resolve_precision(cfg, self.device)
+        self.precision = self.loader.plan.precision
         if self.precision == "bf16" and self.device == "cpu":
             # oneDNN, which runs the CPU's bf16 products, otherwise keeps primitives for 1024 shapes: each batch
             # has its own, so its cache only grows. Read at its first primitive, which is still to come.
@@ -94,13 +93,21 @@ class Run:
         saved = time.monotonic()
         bar = tqdm(total=len(epoch), initial=state.next_batch, desc=f"epoch {state.epoch}", unit="batch",
                    disable=not (cfg.progress and self.group.leader), dynamic_ncols=True, leave=True)
+        # The loss is summed on the device and read at the progress bar's pace: reading it every batch would
+        # make the host wait for each step on a GPU.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+
+        def settle():
+            state.loss_sum += float(loss_sum)
+            loss_sum.zero_()
+
         for i, mb in enumerate(epoch, start=state.next_batch):
             optimizer.zero_grad(set_to_none=True)
             loss, sent = self.step(model, mb)
             optimizer.step()
             state.next_batch = i + 1
             self.exchange_bytes += sent
-            state.loss_sum += loss.item() * mb.labels.numel()
+            loss_sum += loss.detach().double() * mb.labels.numel()
             state.seen += mb.labels.numel()
             bar.update(1)
             if cfg.progress and self.group.leader and (i % 10 == 0 or i == len(epoch) - 1):
@@ -113,10 +120,12 @@ class Run:
             if checkpoint is not None and interval is not None and state.next_batch < len(epoch) and (
                     state.next_batch % interval[1] == 0 if interval[0] == "batches"
                     else time.monotonic() - saved >= interval[1]):
+                settle()
                 state.elapsed_s = time.perf_counter() - start
                 state.dropout_rng = model.dropout_state
                 checkpoint(state)
                 saved = time.monotonic()
+        settle()
         bar.close()
         state.elapsed_s = time.perf_counter() - start
         return epoch

@@ -6,6 +6,7 @@ import torch
 
 from diskgnn.data.format import open_dataset
 from diskgnn.data.prepare import prepare
+from diskgnn.loading.aggregate import CsrSum
 from diskgnn.loading.blocks import TensorBlock, full_block, sampled_blocks
 from diskgnn.nn.inference import full_neighbour_logits
 from diskgnn.nn.models import GNN
@@ -43,19 +44,29 @@ def test_native_neighbour_sum_equals_index_add(case, dim):
     torch.testing.assert_close(h.grad, h2.grad, rtol=1e-5, atol=1e-5)
 
 
+def aggregate(block, h, how, path):
+    """The block's sum, mean or mean with self over h through the native kernels (the CPU's way) or the CSR
+    products (the way of other devices: here run on the CPU)."""
+    if path == "native":
+        return block.sum_neighbours(h) if how == "sum" else block.mean_neighbours(h, self_loop=how == "mean with self")
+    scale = {"sum": None, "mean": block.inv_deg, "mean with self": block.inv_deg_self}[how]
+    return CsrSum.apply(h, block, scale, how == "mean with self")
+
+
 @pytest.mark.parametrize("case", list(block_cases()), ids=lambda c: c[0])
 @pytest.mark.parametrize("dim", [1, 33, 256])
 @pytest.mark.parametrize("how", ["sum", "mean", "mean with self"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_native_sums_and_means_equal_float64_sums_rounded_once(case, dim, how, dtype):
+@pytest.mark.parametrize("path", ["native", "csr"])
+def test_sums_and_means_equal_float64_sums_rounded_once(case, dim, how, dtype, path):
     """float32 or bf16 rows in, the same out, float32 inside: within one rounding of the float64 oracle (bf16:
-    2^-8 relative), forward and backward, a mean's scale (and GCN's self row) folded in."""
+    2^-8 relative), forward and backward, a mean's scale (and GCN's self row) folded in; on both paths."""
     _, indptr, indices, nd, ns = case
     if how == "mean with self" and nd > ns:
         return
     block = TensorBlock.from_csc(indptr, indices, nd, ns)
     h = torch.randn(ns, dim).to(dtype).requires_grad_(True)
-    got = block.sum_neighbours(h) if how == "sum" else block.mean_neighbours(h, self_loop=how == "mean with self")
+    got = aggregate(block, h, how, path)
     assert got.dtype == dtype
     deg = block.deg.double()
     scale = {"sum": torch.ones_like(deg), "mean": 1 / deg.clamp(min=1), "mean with self": 1 / (deg + 1)}[how]
