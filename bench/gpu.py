@@ -1,27 +1,31 @@
-"""The GPU path (issue 27): how a batch's feature rows reach GPU memory, and epochs out of core on a GPU.
+"""The GPU path (issue 36): W1 out of core on a GPU, and how a batch's feature rows reach GPU memory.
 
-    python -m bench gpu [--nodes 8000000] [--batches 50] [--train-batches 100] [--smoke] [--report [FILE]]
+    python -m bench gpu [--nodes 8000000] [--budget 2GiB] [--device-caches 0,256MiB,all] [--smoke] [--report [FILE]]
 
-On W1's recipe at --nodes (the largest that fits the GPU machine's disk and minutes), batches sampled
-offline with diskgnn's sampler (fanouts 10,5, 1024 seeds). Per batch, with every feature row held in host
-memory (the host tier):
+On W1's recipe at --nodes, in one run:
 
-- cpu:  the CPU gathers the batch's rows into a pinned buffer and copies it to the GPU (what the store does
-  without zero copy);
-- zero-copy: the GPU gathers them itself from mapped pinned memory (store/uva.py's kernel);
-- device: every row already in GPU memory, one index_select (the ceiling);
+- the machine: the card, the host-to-device bandwidth (a 1 GiB pinned copy), the disk's sequential O_DIRECT
+  read bandwidth on the feature file (page cache dropped: the floor an epoch's reads are held to), and the
+  anonymous host memory the CUDA context takes (what the plan's CUDA_BASE_RSS estimates);
+- per batch (fanouts 10,5, 1024 seeds; every row in host memory), three ways of bringing its rows into GPU
+  memory: the CPU's native gather into a pinned buffer and one copy, the zero-copy kernel, and one
+  index_select with every row on the device (the ceiling), each with the CPU time it took, checked equal; and
+  the start-up calibration `--zero-copy auto` decides from;
+- `python -m diskgnn.train --device cuda`, one whole epoch each in its own process, page cache dropped first:
+  at a --budget host budget with each
+  device cache of --device-caches (the host tiers by the CPU's gather), then at the second of them with
+  `--zero-copy on` and `auto`, and with every row in GPU memory; per run the epoch, ms per batch, each
+  stage's busy time, the GPU's busy share, bytes read, the host's anonymous peak against the budget, and the
+  epoch against the all-in-GPU one and against the disk floor (bytes read / the sequential bandwidth).
 
-each timed with the GPU synchronised, with the CPU time the process spent per batch, and the effective GB/s
-of the rows moved against the host-to-device bandwidth measured here (a 1 GiB pinned copy). Then
-`diskgnn.train --device cuda` for --train-batches batches with the host tier gathered by the GPU, by the
-CPU, and with every row in the device tier, with the GPU's busy share (nvidia-smi). Without a CUDA device
-it stops with one line saying so: `make gpu-check` runs it on a GPU machine.
+Without a CUDA device it stops with one line saying so: `make gpu-check` runs it on a GPU machine.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -29,10 +33,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import GpuUtilisation, machine_info, synthetic_workload, write_json, write_section
+from bench.common import (GpuUtilisation, drop_caches, machine_info, synthetic_workload, write_json,
+                          write_section)
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
 from diskgnn.offline.sample import sample_epoch
+from diskgnn.units import format_size, parse_size
 
 REPO = Path(__file__).resolve().parents[1]
 MARKERS = ("<!-- bench.gpu: begin -->", "<!-- bench.gpu: end -->")
@@ -53,25 +59,59 @@ def h2d_bandwidth(nbytes: int = 1 << 30) -> float:
     return nbytes / best / 1e9
 
 
+def disk_floor(path: Path, limit: int = 4 << 30) -> dict:
+    """The disk's sequential read bandwidth on `path` (its first `limit` bytes, 64 MiB O_DIRECT reads, the page
+    cache dropped first): what an epoch's bytes read cost at least."""
+    from diskgnn.io.reader import FileReader
+
+    cold = drop_caches()
+    chunk = 64 << 20
+    buf = np.empty(chunk, dtype=np.uint8)
+    with FileReader(path) as reader:
+        size = min(limit, reader.file_size) // chunk * chunk
+        t = time.perf_counter()
+        for offset in range(0, size, chunk):
+            reader.read_ranges([[offset, chunk, 0]], buf)
+        seconds = time.perf_counter() - t
+        backend = reader.backend
+    return {"bytes": size, "seconds": seconds, "gb_per_s": size / seconds / 1e9, "backend": backend,
+            "cold_cache": cold is None, **({"note": cold} if cold else {})}
+
+
+def cuda_context_bytes() -> int:
+    """Anonymous host memory this process gained by starting CUDA and a cuBLAS product (bench runs it first)."""
+    from diskgnn.memory import _status_kib
+
+    before = _status_kib("RssAnon:")
+    a = torch.ones((1024, 1024), device="cuda")
+    (a @ a).sum().item()
+    return (_status_kib("RssAnon:") - before) * 1024
+
+
 def gathers(data: Path, batches: list[np.ndarray]) -> dict:
     """Per batch: seconds and CPU seconds of each way of bringing its rows into GPU memory, checked equal."""
-    from diskgnn.store.uva import MappedRows
+    from diskgnn import _native
+    from diskgnn.defaults import aggregate_threads
+    from diskgnn.store.staging import Slab
+    from diskgnn.store.uva import MappedRows, calibrate
 
     ds = open_dataset(data)
     # every row in anonymous host memory (read once): CUDA cannot page-lock the file's read-only mapping
     host = torch.from_numpy(np.array(ds.features))
     mapped = MappedRows(host)
     on_device = host.to("cuda")
-    staging = torch.empty((max(b.size for b in batches), ds.feature_dim), dtype=host.dtype).pin_memory()
+    slab = Slab(max(b.size for b in batches), ds.row_bytes, pinned=True)
 
     def cpu(nodes):
-        buf = staging[: nodes.size]
-        np.take(host.numpy(), nodes, axis=0, out=buf.numpy())
-        return buf.to("cuda", non_blocking=True)
+        slab.reset(nodes.size)
+        _, rows = slab.take(nodes.size)
+        _native.assemble_rows(rows, [(host.numpy().view(np.uint8), nodes, None, 0)], aggregate_threads())
+        return slab.view(0, nodes.size, host.dtype).to("cuda", non_blocking=True)
 
     def zero_copy(nodes):
         out = torch.empty((nodes.size, ds.feature_dim), dtype=host.dtype, device="cuda")
-        mapped.gather(nodes, np.arange(nodes.size), out)
+        ids = torch.from_numpy(nodes).to("cuda", non_blocking=True)
+        mapped.gather(ids, torch.arange(nodes.size, device="cuda"), out)
         return out
 
     def device(nodes):
@@ -98,57 +138,90 @@ def gathers(data: Path, batches: list[np.ndarray]) -> dict:
                      "cpu_ms_per_batch": 1000 * float(np.mean(cpu_seconds)),
                      "rows_per_batch": rows, "gb_per_s": rows * ds.row_bytes / float(np.mean(seconds)) / 1e9}
     mapped.close()
+    zero, cpu_gb = calibrate(ds.row_bytes)
+    out["calibration"] = {"zero_copy_gb_per_s": zero, "cpu_gather_gb_per_s": cpu_gb}
     return out
 
 
-def epochs(data: Path, work: Path, train_batches: int) -> dict:
-    """diskgnn.train on the GPU, --train-batches batches: host tier gathered by the GPU, by the CPU, every row on
-    the device."""
-    from diskgnn.train.config import from_options
-    from diskgnn.train.loop import train
-
-    ds = open_dataset(data)
-    features = ds.num_nodes * ds.row_bytes
-    runs = {"zero-copy host tier": dict(zero_copy="on", device_cache="0"),
-            "cpu-gather host tier": dict(zero_copy="off", device_cache="0"),
-            "all rows on the GPU": dict(device_cache=str(features))}
-    out = {}
-    for name, options in runs.items():
-        cfg = from_options(data=str(data), workdir=str(work / name.split()[0]), device="cuda", epochs=1,
-                           max_batches=train_batches, eval="none", progress=False, memory_budget="16GiB",
-                           host_cache=str(features), **options)
-        with GpuUtilisation() as gpu:
-            summary = train(cfg)
-        out[name] = {"epoch_s": summary["epoch_times_s"][0], "ms_per_batch": 1000 * summary["epoch_times_s"][0]
-                     / train_batches, "gpu_busy": gpu.result, "host_gather": summary["host_gather"],
-                     "tiers": summary["tiers"], "bottleneck": summary["bottleneck"]}
+def runs(budget: str, caches: list[str]) -> dict[str, dict]:
+    """The epochs to run: name -> diskgnn.train options."""
+    out = {f"{budget} host, device cache {c}": {"memory_budget": budget, "device_cache": c, "zero_copy": "off"}
+           for c in caches}
+    mid = caches[min(1, len(caches) - 1)]
+    for z in ("on", "auto"):
+        out[f"{budget} host, device cache {mid}, zero copy {z}"] = {"memory_budget": budget, "device_cache": mid,
+                                                                    "zero_copy": z}
+    out["every row in GPU memory"] = {"memory_budget": "16GiB", "device_cache": "all", "zero_copy": "off"}
     return out
+
+
+def epoch(data: Path, work: Path, name: str, options: dict, features_bytes: int, device: str = "cuda") -> dict:
+    """One whole epoch of `python -m diskgnn.train --device DEVICE` in its own process, page cache dropped. Not
+    under a cgroup cap: the host's anonymous peak is measured against the budget instead, so that a plan that
+    misjudges the CUDA context shows by how much rather than being killed."""
+    options = dict(options)
+    if options["device_cache"] == "all":
+        options["device_cache"] = str(features_bytes)
+    slug = "".join(c if c.isalnum() else "-" for c in name)
+    summary = work / f"{slug}.json"
+    argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--workdir", str(work / "runs" / slug),
+            "--device", device, "--epochs", "1", "--eval", "none", "--no-progress", "--fanouts", "10,5",
+            "--batch-size", str(BATCH), "--summary-json", str(summary),
+            *[a for k, v in options.items() for a in (f"--{k.replace('_', '-')}", v)]]
+    cold = drop_caches()
+    with GpuUtilisation() as gpu:
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    if proc.returncode != 0:
+        return {"error": proc.stderr.strip().splitlines()[-1:] or [f"exit {proc.returncode}"]}
+    s = json.loads(summary.read_text())
+    batches = s["stage_times_s"]["train"]["items"]
+    return {"epoch_s": s["epoch_times_s"][0], "ms_per_batch": 1000 * s["epoch_times_s"][0] / max(1, batches),
+            "batches": batches, "stages_busy_s": {k: v["busy_s"] for k, v in s["stage_times_s"].items()},
+            "bottleneck": s["bottleneck"], "gpu_busy": gpu.result, "disk_bytes_read": s["disk_bytes_read"],
+            "peak_anon_bytes": s["peak_anon_bytes"], "budget_bytes": parse_size(options["memory_budget"]),
+            "host_gather": s["host_gather"], "tiers": s["tiers"], "plan": s["plan"], "cold_cache": cold is None}
 
 
 def table(r: dict) -> str:
-    g = r["gathers"]
-    lines = [f"`{r['command']}` on {r['gpu']} ({r['machine']['summary']}); {r['dataset']}, {r['batches']} batches of "
-             f"{BATCH} seeds at fanouts {','.join(map(str, FANOUTS))}; host-to-device bandwidth "
-             f"{r['h2d_gb_per_s']:.1f} GB/s (1 GiB pinned copy).", "",
+    g, floor = r["gathers"], r["disk_floor"]
+    lines = [f"`{r['command']}` on {r['gpu']} ({r['machine']['summary']}); {r['dataset']}; host-to-device "
+             f"{r['h2d_gb_per_s']:.1f} GB/s (1 GiB pinned copy); the disk's sequential O_DIRECT reads "
+             f"{floor['gb_per_s']:.2f} GB/s ({floor['backend']}); the CUDA context took "
+             f"{format_size(r['cuda_context_bytes'])} of anonymous host memory.", "",
              "| rows into GPU memory | ms/batch | CPU ms/batch | rows/batch | GB/s | of H2D bandwidth |",
              "|---|---|---|---|---|---|"]
     for name, v in g.items():
-        lines.append(f"| {name} | {v['ms_per_batch']:.2f} | {v['cpu_ms_per_batch']:.2f} | {v['rows_per_batch']:,.0f} | "
-                     f"{v['gb_per_s']:.1f} | {v['gb_per_s'] / r['h2d_gb_per_s']:.0%} |")
-    lines += ["", "| diskgnn.train --device cuda | ms/batch | GPU busy (mean) | bottleneck |", "|---|---|---|---|"]
+        if name != "calibration":
+            lines.append(f"| {name} | {v['ms_per_batch']:.2f} | {v['cpu_ms_per_batch']:.2f} | "
+                         f"{v['rows_per_batch']:,.0f} | {v['gb_per_s']:.1f} | {v['gb_per_s'] / r['h2d_gb_per_s']:.0%} |")
+    c = g["calibration"]
+    lines += ["", f"The start-up calibration (`--zero-copy auto`): zero copy {c['zero_copy_gb_per_s']:.1f} GB/s, the "
+              f"CPU's gather and copy {c['cpu_gather_gb_per_s']:.1f} GB/s.", "",
+              "| diskgnn.train --device cuda, one epoch | epoch s | ms/batch | x all-in-GPU | x disk floor | "
+              "read GB | host peak / budget | GPU busy | busiest stages (s) |", "|---|---|---|---|---|---|---|---|---|"]
+    ceiling = r["epochs"].get("every row in GPU memory", {}).get("epoch_s")
     for name, v in r["epochs"].items():
+        if "error" in v:
+            lines.append(f"| {name} | failed: {v['error'][0]} | | | | | | | |")
+            continue
+        floor_s = v["disk_bytes_read"] / 1e9 / floor["gb_per_s"]
         busy = v["gpu_busy"].get("mean_percent")
-        lines.append(f"| {name} | {v['ms_per_batch']:.1f} | {f'{busy:.0f} %' if busy is not None else '-'} | "
-                     f"{v['bottleneck']} |")
+        stages = sorted(v["stages_busy_s"].items(), key=lambda kv: -kv[1])[:3]
+        cells = [name, f"{v['epoch_s']:.1f}", f"{v['ms_per_batch']:.1f}",
+                 f"{v['epoch_s'] / ceiling:.2f}" if ceiling else "-", f"{v['epoch_s'] / floor_s:.2f}" if floor_s else "-",
+                 f"{v['disk_bytes_read'] / 1e9:.2f}", f"{format_size(v['peak_anon_bytes'])} / {format_size(v['budget_bytes'])}",
+                 f"{busy:.0f} %" if busy is not None else "-", ", ".join(f"{k} {t:.1f}" for k, t in stages)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=8_000_000)
-    ap.add_argument("--batches", type=int, default=50)
-    ap.add_argument("--train-batches", type=int, default=100)
-    ap.add_argument("--smoke", action="store_true", help="20,000 nodes, 3 batches")
+    ap.add_argument("--budget", default="2GiB", help="host memory budget of the out-of-core epochs")
+    ap.add_argument("--device-caches", default="0,256MiB,all")
+    ap.add_argument("--batches", type=int, default=50, help="batches of the per-batch gathers")
+    ap.add_argument("--smoke", action="store_true", help="20,000 nodes, 3 batches, device caches 0, 1MiB and all")
     ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "gpu-work"))
     ap.add_argument("--out", default=str(REPO / "bench" / "results" / "gpu.json"))
     ap.add_argument("--report", nargs="?", const=str(REPO / "docs" / "benchmarks.md"))
@@ -159,25 +232,30 @@ def main(argv=None) -> dict:
     if reason is not None:
         raise DiskgnnError(f"bench.gpu needs a CUDA device and CuPy: {reason} (run `make gpu-check` on a GPU machine)")
     if args.smoke:
-        args.nodes, args.batches, args.train_batches = 20_000, 3, 3
+        args.nodes, args.batches, args.device_caches, args.budget = 20_000, 3, "0,1MiB,all", "3GiB"
+    context = cuda_context_bytes()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     data = synthetic_workload(work, args.nodes)
-    samples = sample_epoch(open_dataset(data), work / "batches.samples", fanouts=FANOUTS, batch_size=BATCH, seed=0,
-                           epoch=0, max_batches=args.batches)
+    ds = open_dataset(data)
+    samples = sample_epoch(ds, work / "batches.samples", fanouts=FANOUTS, batch_size=BATCH, seed=0, epoch=0,
+                           max_batches=args.batches)
     batches = [np.asarray(b.nodes, dtype=np.int64) for b in samples]
     info = machine_info(work)
     gpu = torch.cuda.get_device_name()
     print(f"machine: {info['summary']}; {gpu}; data {data}", flush=True)
-    result = {"benchmark": "gpu", "machine": info, "gpu": gpu, "dataset": str(data), "batches": len(batches),
-              "h2d_gb_per_s": h2d_bandwidth(), "gathers": gathers(data, batches),
-              "epochs": epochs(data, work, args.train_batches),
+    result = {"benchmark": "gpu", "machine": info, "gpu": gpu, "dataset": str(data), "cuda_context_bytes": context,
+              "h2d_gb_per_s": h2d_bandwidth(), "disk_floor": disk_floor(data / "features.bin"),
+              "gathers": gathers(data, batches), "epochs": {},
               "command": ("python -m bench.gpu " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
     write_json(args.out, result)
+    for name, options in runs(args.budget, args.device_caches.split(",")).items():
+        print(f"bench.gpu: {name}", flush=True)
+        result["epochs"][name] = epoch(data, work, name, options, ds.num_nodes * ds.row_bytes)
+        write_json(args.out, result)
+        if args.report:  # after each run: a call cut short by its time limit keeps what ran
+            write_section(Path(args.report), table(result), MARKERS)
     print(table(result))
-    print(json.dumps({k: result[k] for k in ("h2d_gb_per_s", "gathers")}, indent=1))
-    if args.report:
-        write_section(Path(args.report), table(result), MARKERS)
     return result
 
 

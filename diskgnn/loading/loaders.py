@@ -54,7 +54,8 @@ class MiniBatch:
             return
         stream = torch.cuda.current_stream(self.x.device)
         stream.wait_event(self.ready)
-        for t in (self.x, self.labels, *(t for b in self.blocks for t in b.tensors())):
+        shared = [t for layer in self.share.layers for t in (layer.send, layer.gather)] if self.share else []
+        for t in (self.x, self.labels, *(t for b in self.blocks for t in b.tensors()), *shared):
             t.record_stream(stream)
         self.ready = None
 
