@@ -19,14 +19,10 @@ import warnings
 import torch
 
 from .. import defaults
+from ..arrays import native_view
 
 # torch says once per process that its sparse CSR tensors are "beta"; CsrSum uses only their products.
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state", category=UserWarning)
-
-
-def native_view(t: torch.Tensor):
-    """A CPU tensor as the native kernels take it: bfloat16 as its int16 bits (numpy has no bfloat16)."""
-    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
 class NeighbourSum(torch.autograd.Function):

@@ -119,51 +119,60 @@ def _to_device(work: MiniBatch, store: FeatureStore) -> MiniBatch:
     return work
 
 
-def _pipeline(order, sample, read, assemble, copy, device: str, read_depth: int) -> Pipeline:
-    stages = [Stage("sample", sample), Stage("read", read, depth=read_depth), Stage("assemble", assemble)]
-    if device != "cpu":
-        stages.append(Stage("copy", copy))
-    return Pipeline(order, stages)
+class _Loader:
+    """What both loaders share: a FeatureStore (`store`) and the pipeline of one pass over their batches
+    (`_work(b)`, a batch index -> its MiniBatch without features, is each loader's own)."""
+
+    store: FeatureStore
+    read_depth: int
+
+    def _work(self, b: int) -> MiniBatch:
+        raise NotImplementedError
+
+    def pipeline(self, order) -> Pipeline:
+        """sample (the batch, its blocks and labels) -> read (the store's reads start) -> assemble (waited for,
+        checked; on a CPU the model's input) -> copy (with a device: to it, on the copy stream)."""
+        store, on_cpu = self.store, self.store.device == "cpu"
+
+        def read(work):
+            work.pending = store.start(work.batch)
+            return work
+
+        def assemble(work):
+            store.finish(work.pending)
+            return _to_device(work, store) if on_cpu else work
+
+        stages = [Stage("sample", lambda b: self._work(int(b))), Stage("read", read, depth=self.read_depth),
+                  Stage("assemble", assemble)]
+        if not on_cpu:
+            stages.append(Stage("copy", lambda work: _to_device(work, store)))
+        return Pipeline(order, stages)
+
+    def stats(self) -> list[TierStats]:
+        return self.store.stats()
 
 
-class OfflineLoader:
+class OfflineLoader(_Loader):
     """Batches of one sample file, features from a FeatureStore over its packs."""
 
-    def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, device: str,
-                 read_depth: int, cooperative=None, hag=None):
+    def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, read_depth: int,
+                 cooperative=None, hag=None):
         """`cooperative`: a global batch -> this rank's Share (diskgnn/distributed/cooperative.py), for the
         batches of a cooperative run; the store then holds this rank's rows only. `hag`: a HagBuilder."""
         self.samples, self.store, self.labels = sample_file, store, labels
-        self.device, self.read_depth, self.cooperative, self.hag = device, read_depth, cooperative, hag
+        self.read_depth, self.cooperative, self.hag = read_depth, cooperative, hag
 
     def __len__(self) -> int:
         return len(self.samples)
 
-    def pipeline(self, order) -> Pipeline:
-        def sample(b):
-            return _work(self.samples[int(b)], self.labels, self.device, self.cooperative, self.hag)
-
-        def read(work):
-            work.pending = self.store.start(work.batch)
-            return work
-
-        def assemble(work):
-            self.store.finish(work.pending)
-            return copy(work) if self.device == "cpu" else work  # on CPU the host rows are the input
-
-        def copy(work):
-            return _to_device(work, self.store)
-
-        return _pipeline(order, sample, read, assemble, copy, self.device, self.read_depth)
-
-    def stats(self) -> list[TierStats]:
-        return self.store.stats()
+    def _work(self, b: int) -> MiniBatch:
+        return _work(self.samples[b], self.labels, self.store.device, self.cooperative, self.hag)
 
     def disk_bytes(self) -> int:
         return self.store.disk.bytes
 
 
-class OnlineLoader:
+class OnlineLoader(_Loader):
     """Batches sampled during training; stored rows gathered by id from their file (O_DIRECT row reads), through
     a FeatureStore without packs or memory tiers."""
 
@@ -172,7 +181,7 @@ class OnlineLoader:
                  features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR, hag=None):
         self.fanouts, self.seed, self.epoch, self.sampler, self.hag = list(fanouts), seed, epoch, sampler, hag
         self.batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
-        self.labels, self.device, self.read_depth = labels, device, read_depth
+        self.labels, self.read_depth = labels, read_depth
         self.graph = graph or open_graph(dataset)
         self.store = FeatureStore(dataset, None, None, device=device, backend=backend, tiers=[],
                                   features=features or feature_source(dataset), read_depth=read_depth)
@@ -180,28 +189,14 @@ class OnlineLoader:
     def __len__(self) -> int:
         return len(self.batches)
 
+    def _work(self, b: int) -> MiniBatch:
+        return _work(self.sample(b), self.labels, self.store.device, hag=self.hag)
+
     def sample(self, b: int):
         """Batch b, identical to what sample_epoch writes for it (same stream key)."""
         return sample_batch(self.graph, self.batches[b], key=self.sampler.key(self.epoch, b, len(self.batches)),
                             fanouts=self.fanouts, seed=self.seed, threads=max(1, (os.cpu_count() or 1) // 2), index=b,
                             sampler=self.sampler)
-
-    def pipeline(self, order) -> Pipeline:
-        def sample(b):
-            return _work(self.sample(int(b)), self.labels, self.device, hag=self.hag)
-
-        def read(work):
-            work.pending = self.store.start(work.batch)
-            return work
-
-        def assemble(work):
-            self.store.finish(work.pending)
-            return _to_device(work, self.store)
-
-        return _pipeline(order, sample, read, assemble, None, "cpu", self.read_depth)
-
-    def stats(self) -> list[TierStats]:
-        return self.store.stats()
 
     def disk_bytes(self) -> int:
         """What the reads moved, sector-aligned: an online run reads row by row."""

@@ -17,7 +17,7 @@ from torch import nn
 
 from .. import defaults
 from ..errors import DiskgnnError
-from ..loading.aggregate import native_view
+from ..arrays import native_view
 
 
 def _flat(t: torch.Tensor):

@@ -242,7 +242,7 @@ class Loader:
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source,
                              read_depth=self.read_depth, slab_rows=self.plan.batch_rows)
         self.backend = store.backend
-        return OfflineLoader(files.samples, store, self.labels, self.device, self.read_depth, hag=self.hag)
+        return OfflineLoader(files.samples, store, self.labels, self.read_depth, hag=self.hag)
 
     def _finished(self, p: "Pass", pipeline) -> None:
         """Adds a train pass's stage times, tier rows and disk bytes to the run's."""
