@@ -63,7 +63,8 @@ def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
         try:
             state = checkpoints.load("last")
             if state is None:
-                print(f"train: --resume: no checkpoint in {checkpoints.dir} yet: starting from the beginning")
+                print(f"plan: --resume: no checkpoint in {checkpoints.dir} (is --workdir the one meant?): training starts "
+                      "from the beginning")
             else:
                 check_same_run(checkpoints.path("last"), state["config"], cfg.to_dict())
                 if state.get("world", 1) != group.world:
@@ -92,8 +93,8 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
     if not group.leader:
         position.dropout_rng = None  # rank 0's stream; this rank's masks restart from its epoch seed
     if group.leader:
-        print(f"train: resuming at epoch {position.epoch}, batch {position.next_batch}, from "
-          f"{checkpoints.path('last')}")
+        print(f"plan: --resume: from {checkpoints.path('last')}: training goes on at epoch {position.epoch}, batch "
+              f"{position.next_batch}")
     return state["history"], state["best"], state["accounting"], position
 
 

@@ -141,7 +141,7 @@ def test_resume_restarts_the_group_from_rank_0s_checkpoint(train_data, tmp_path)
                  ["--epochs", "2", "--workdir", tmp_path / "r", "--resume"]):
         proc = torchrun(2, "-m", "diskgnn.train", *common, *args)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "train: resuming at epoch 1, batch 0" in proc.stdout
+    assert "training goes on at epoch 1, batch 0" in proc.stdout
     straight, resumed = _weights(tmp_path / "straight" / "rank-0"), _weights(tmp_path / "r" / "rank-0")
     for name, w in straight.items():
         torch.testing.assert_close(resumed[name], w, rtol=1e-5, atol=1e-6, msg=name)

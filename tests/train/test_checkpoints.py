@@ -78,7 +78,7 @@ def test_resume_after_kill_at_a_random_batch_equals_the_uninterrupted_run(train_
     resumed = subprocess.run(train_cli(train_data, run, "--checkpoint-every", "3", "--resume"),
                              capture_output=True, text=True, cwd=REPO)
     assert resumed.returncode == 0, resumed.stderr
-    assert "resuming at epoch" in resumed.stdout
+    assert "plan: --resume: from " in resumed.stdout and "training goes on at epoch" in resumed.stdout
     a, b = weights(tmp_path / "whole"), weights(run)
     assert a["model"].keys() == b["model"].keys()
     for key in a["model"]:
@@ -91,7 +91,9 @@ def test_resume_without_a_checkpoint_starts_over_and_says_so(train_data, tmp_pat
     proc = subprocess.run(train_cli(train_data, tmp_path / "w", "--resume", "--epochs", "1"), capture_output=True,
                           text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stderr
-    assert "no checkpoint in" in proc.stdout and "starting from the beginning" in proc.stdout
+    line = next(line for line in proc.stdout.splitlines() if "--resume" in line)
+    assert line == (f"plan: --resume: no checkpoint in {tmp_path / 'w' / 'checkpoints'} (is --workdir the one meant?): "
+                    "training starts from the beginning")
 
 
 def test_resume_under_other_options_is_refused(train_data, tmp_path):
