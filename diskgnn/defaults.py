@@ -144,7 +144,8 @@ REGISTER_BUFFERS = _knob("REGISTER_BUFFERS", True, "bool",
 SAMPLE_GROUP = _knob("SAMPLE_GROUP", 32, "int",
                      "batches handed to the native sampler at once (two groups in memory: one sampled, one written)")
 PACK_MEMORY = _knob("PACK_MEMORY", 256 << 20, "size",
-                    "the packer's chunk and staging buffers in train, at least, where the budget has room")
+                    "the packer's chunk and staging buffers: train's share for them where its budget has room for "
+                    "more than the least, and pack_epoch's when not given")
 MIN_PACK_MEMORY = _knob("MIN_PACK_MEMORY", 64 << 20, "size",
                         "the packer's buffers where the budget has no room for PACK_MEMORY (smaller writes)")
 MAX_PACK_MEMORY = _knob("MAX_PACK_MEMORY", 2 << 30, "size",
@@ -156,8 +157,6 @@ PACK_PLAN_BYTES_PER_ROW = 12
 # epoch 0's (+0.4 % on W1), and checkpoints and logs share the workdir. A W1 run whose plan needed
 # 29.2 GiB of 29.6 free ran out of space writing its checkpoint.
 DISK_HEADROOM = 1.05
-PACK_BUDGET = _knob("PACK_BUDGET", 1 << 30, "size",
-                    "the packer's buffers when pack_epoch is called without a memory budget")
 PACK_CHUNK_BYTES = _knob("PACK_CHUNK_BYTES", 64 << 20, "size",
                          "largest chunk of the feature file the packer reads at once")
 PACK_MAX_WRITE_BYTES = _knob("PACK_MAX_WRITE_BYTES", 4 << 20, "size",

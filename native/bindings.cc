@@ -56,7 +56,7 @@ PYBIND11_MODULE(_native, m) {
     }
   });
 
-  py::register_exception<diskgnn::memory_budget_error>(m, "MemoryBudgetError", PyExc_ValueError);
+  py::register_exception<diskgnn::pack_memory_error>(m, "PackMemoryError", PyExc_ValueError);
 
   py::class_<diskgnn::read_ticket>(m, "ReadTicket", "A submitted read; the output is ready once wait() returns.")
       .def("wait", &diskgnn::read_ticket::wait, py::call_guard<py::gil_scoped_release>(),
@@ -430,14 +430,14 @@ PYBIND11_MODULE(_native, m) {
       "pack_regions",
       [](const std::string& features_path, uint64_t num_rows, uint64_t row_bytes, const id_array& ids,
          const id_array& starts, const id_array& offsets, const std::string& out_path, uint64_t chunk_bytes,
-         uint64_t memory_budget, uint64_t max_write_bytes, unsigned threads, unsigned write_depth,
+         uint64_t pack_memory, uint64_t max_write_bytes, unsigned threads, unsigned write_depth,
          const std::string& direct) {
         if (starts.ndim() != 1 || offsets.ndim() != 1 || starts.size() < 1 || offsets.size() != starts.size()) {
           throw std::invalid_argument("starts and offsets must be 1-d with one entry per region plus one");
         }
         diskgnn::packer_options o;
         o.chunk_bytes = chunk_bytes;
-        o.memory_budget = memory_budget;
+        o.pack_memory = pack_memory;
         o.max_write_bytes = max_write_bytes;
         o.threads = threads;
         o.write_depth = write_depth;
@@ -466,7 +466,7 @@ PYBIND11_MODULE(_native, m) {
         return d;
       },
       py::arg("features_path"), py::arg("num_rows"), py::arg("row_bytes"), py::arg("ids"), py::arg("starts"),
-      py::arg("offsets"), py::arg("out_path"), py::arg("chunk_bytes"), py::arg("memory_budget"),
+      py::arg("offsets"), py::arg("out_path"), py::arg("chunk_bytes"), py::arg("pack_memory"),
       py::arg("max_write_bytes"), py::arg("threads"), py::arg("write_depth"), py::arg("direct"),
       "Writes a pack file in one pass over the features (layout in packer.h); returns the regions' XXH3-64 "
       "checksums and I/O statistics.");

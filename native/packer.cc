@@ -165,7 +165,7 @@ struct chunk_slot {
   uint64_t base = 0;    // file offset of data[0]
 };
 
-// Sizes every buffer from the budget: two chunk buffers, one staging buffer
+// Sizes every buffer from pack_memory: two chunk buffers, one staging buffer
 // per non-empty region (the whole padded region when it is at most
 // `staging`), and `spares` buffers of `staging` bytes to switch to while a
 // full one is written.
@@ -327,7 +327,7 @@ uint64_t packer::staging_bytes(uint64_t staging, uint64_t* spares) const {
 }
 
 void packer::plan_buffers() {
-  const uint64_t budget = options_.memory_budget;
+  const uint64_t memory = options_.pack_memory;
   uint64_t max_region = 0;
   for (const region_state& r : regions_) max_region = std::max(max_region, r.padded_bytes);
   // A full buffer must hold a row after its unaligned tail, so that every hand-off writes at least a block.
@@ -338,28 +338,28 @@ void packer::plan_buffers() {
   const uint64_t min_staging_total = std::min(staging_bytes(min_staging, &spares), staging_bytes(whole, &spares));
   const uint64_t min_chunk = chunk_buffer_bytes(1);
   const uint64_t minimum = 2 * min_chunk + min_staging_total;
-  if (budget < minimum) {
+  if (memory < minimum) {
     size_t busy = 0;
     for (const region_state& r : regions_) busy += r.count > 0;
-    throw memory_budget_error("pack: a memory budget of " + std::to_string(budget) + " bytes is below the packer's minimum of " +
+    throw pack_memory_error("pack: pack_memory of " + std::to_string(memory) + " bytes is below the packer's minimum of " +
                               std::to_string(minimum) + " bytes (two one-row feature chunks of " +
                               std::to_string(min_chunk) + " bytes and staging for " + std::to_string(busy) +
-                              " non-empty regions of " + std::to_string(row_bytes_) + "-byte rows); raise the budget");
+                              " non-empty regions of " + std::to_string(row_bytes_) + "-byte rows); raise it");
   }
-  // Chunks: up to chunk_bytes, an eighth of the budget each, leaving the staging minimum.
-  uint64_t chunk_cap = std::min(options_.chunk_bytes, budget / 8);
-  chunk_cap = std::min(chunk_cap, (budget - min_staging_total) / 2 - block);
+  // Chunks: up to chunk_bytes, an eighth of the memory each, leaving the staging minimum.
+  uint64_t chunk_cap = std::min(options_.chunk_bytes, memory / 8);
+  chunk_cap = std::min(chunk_cap, (memory - min_staging_total) / 2 - block);
   plan_.chunk_rows = std::max<uint64_t>(1, chunk_cap / row_bytes_);
   plan_.chunk_rows = std::min(plan_.chunk_rows, std::max<uint64_t>(1, num_rows_));
-  while (plan_.chunk_rows > 1 && 2 * chunk_buffer_bytes(plan_.chunk_rows) + min_staging_total > budget) {
+  while (plan_.chunk_rows > 1 && 2 * chunk_buffer_bytes(plan_.chunk_rows) + min_staging_total > memory) {
     plan_.chunk_rows /= 2;
   }
   plan_.chunk_buffer = chunk_buffer_bytes(plan_.chunk_rows);
   // No region writes before its buffer is full, so the pass reads without writing until the
-  // buffers fill: a fixed stretch of the budget's size, not the pack's. Staging at most a
+  // buffers fill: a fixed stretch of the memory's size, not the pack's. Staging at most a
   // sixteenth of the pack keeps it proportional (W1 at 2M nodes, 2.9 GB of packs: 944 MiB of
   // buffers packed at 1.45 s per million nodes, 384 MiB at 1.0 s, as fast as 16M with 1.5 GiB).
-  const uint64_t avail = std::min(budget - 2 * plan_.chunk_buffer,
+  const uint64_t avail = std::min(memory - 2 * plan_.chunk_buffer,
                                   std::max(min_staging_total, file_bytes_ / staging_share_of_pack));
   // Staging: the largest buffers that fit, at most max_write_bytes.
   const uint64_t cap = std::max(min_staging, align_down(std::min(options_.max_write_bytes, max_region)));

@@ -9,7 +9,7 @@
 // (XXH3-64, streaming). A full staging buffer hands its 4 KiB-aligned prefix to
 // a pool of writer threads (O_DIRECT pwrite, else buffered) and continues in a
 // spare buffer with the unaligned tail; a region's last write is zero-padded to
-// 4 KiB. Every buffer comes out of one memory budget.
+// 4 KiB. Every buffer comes out of pack_memory.
 #pragma once
 
 #include <cstddef>
@@ -22,8 +22,8 @@
 
 namespace diskgnn {
 
-/// @brief The memory budget cannot hold the packer's smallest buffers.
-class memory_budget_error : public std::runtime_error {
+/// @brief pack_memory cannot hold the packer's smallest buffers.
+class pack_memory_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -32,11 +32,11 @@ class memory_budget_error : public std::runtime_error {
 /// values); zero is refused, so none has a second default in C++.
 struct packer_options {
   /// Largest feature chunk read at once. Each of the two chunk buffers also
-  /// takes at most an eighth of the memory budget, and less where the staging
+  /// takes at most an eighth of pack_memory, and less where the staging
   /// buffers' minimum needs it.
   uint64_t chunk_bytes = 0;
   /// Bytes for the chunk buffers and every staging buffer together.
-  uint64_t memory_budget = 0;
+  uint64_t pack_memory = 0;
   /// Largest staging buffer, i.e. the largest single write.
   uint64_t max_write_bytes = 0;
   /// Gather threads, the caller's among them.
@@ -75,7 +75,7 @@ struct pack_result {
 /// @param ids num_ids row ids; starts and offsets: num_regions + 1 entries each,
 ///        starts[0] = 0, starts[num_regions] = num_ids, offsets[0] = 0.
 /// @throws std::invalid_argument for inconsistent regions or options;
-///         memory_budget_error when the budget cannot hold the smallest buffers;
+///         pack_memory_error when pack_memory cannot hold the smallest buffers;
 ///         io_error when a file cannot be opened, read, written or synced;
 ///         short_file_error when the feature file is shorter than num_rows rows.
 pack_result pack_regions(const std::string& features_path, uint64_t num_rows, uint64_t row_bytes, const int64_t* ids,

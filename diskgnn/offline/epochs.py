@@ -28,10 +28,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
-from ..data.features import FeatureSource, feature_source
+from ..data.features import FeatureSource
 from ..data.format import Dataset
 from .pack import PackFile, pack_counts, pack_epoch
 from .placement import Placement, access_counts, place
@@ -44,26 +45,42 @@ class EpochFiles:
     packs: PackFile
 
 
+@dataclass(frozen=True)
+class EpochSpec:
+    """What every epoch's offline work follows; the run's plan makes it (train/plan.py, offline_spec).
+
+    `pack_memory`: the packer's share of the run's memory; `recent`: the recent-rows tier's window (none
+    for replay); `shard`: (rank, world) of the train batches this rank keeps; `rows`: the view of a sample file
+    whose input rows this rank places, packs and reads (default: all of them); `eval_batch_size`: the eval
+    sets' (default: `batch_size`); `hag`: a HagBuilder whose HAGs every sample file stores (loading/hag.py);
+    `read_ahead`: the topology read into the page cache before each sampling pass."""
+
+    fanouts: tuple[int, ...]
+    batch_size: int
+    seed: int
+    pack_memory: int
+    features: FeatureSource
+    replay: bool = False
+    max_blowup: float | None = None
+    threads: int | None = None
+    max_batches: int | None = None
+    read_ahead: bool = False
+    sampler: Sampler = NEIGHBOR
+    recent: int = 0
+    shard: tuple[int, int] = (0, 1)
+    rows: Callable | None = None
+    eval_batch_size: int | None = None
+    hag: object = None
+
+
 class OfflineEpochs:
-    def __init__(self, dataset: Dataset, workdir: Path, *, fanouts, batch_size: int, seed: int, replay: bool,
-                 max_blowup: float | None, threads: int | None, pack_memory: int, max_batches: int | None = None,
-                 features: FeatureSource | None = None, read_ahead: bool = False, sampler: Sampler = NEIGHBOR,
-                 recent: int = 0, shard: tuple[int, int] = (0, 1), rows=None, eval_batch_size: int | None = None,
-                 hag=None):
-        """`rows`: the view of a sample file whose batches' input rows this rank places, packs and reads
-        (default: all of them); `eval_batch_size`: the eval sets' (default: `batch_size`); `hag`: a HagBuilder
-        whose HAGs every sample file stores (loading/hag.py)."""
-        self.dataset, self.dir = dataset, Path(workdir)
-        self.shard, self.rows = shard, rows or (lambda samples: samples)
-        self.eval_batch_size = eval_batch_size or batch_size
-        self.sampler, self.recent, self.hag = sampler, 0 if replay else recent, hag
-        self.source = features or feature_source(dataset)
-        self.fanouts, self.batch_size, self.seed = list(fanouts), batch_size, seed
-        self.replay, self.max_blowup, self.threads, self.pack_memory = replay, max_blowup, threads, pack_memory
+    def __init__(self, dataset: Dataset, workdir: Path, spec: EpochSpec):
+        self.dataset, self.dir, self.spec = dataset, Path(workdir), spec
+        self.rows = spec.rows or (lambda samples: samples)
+        self.source = spec.features
+        self.recent = 0 if spec.replay else spec.recent
         # Fresh-sample epochs that stop after max_batches need only those; replay visits a random subset.
-        self.max_batches = None if replay else max_batches
-        # Before each sampling pass (the topology may have been evicted since the last).
-        self.read_ahead = read_ahead
+        self.max_batches = None if spec.replay else spec.max_batches
         self.dir.mkdir(parents=True, exist_ok=True)
         self.pack_s = 0.0
         # Where the offline seconds went, summed over every pass (summary.json's "offline").
@@ -77,12 +94,13 @@ class OfflineEpochs:
 
     def _sample(self, out_name: str, **kwargs) -> SampleFile:
         start = time.perf_counter()
-        if self.read_ahead:
+        spec = self.spec
+        if spec.read_ahead:
             read_topology_ahead(self.dataset)
         sampling = time.perf_counter()
-        kwargs.setdefault("batch_size", self.batch_size)
-        sf = sample_epoch(self.dataset, self.dir / out_name, seed=self.seed, threads=self.threads,
-                          sampler=self.sampler, hag=self.hag, **kwargs)
+        kwargs.setdefault("batch_size", spec.batch_size)
+        sf = sample_epoch(self.dataset, self.dir / out_name, seed=spec.seed, threads=spec.threads,
+                          sampler=spec.sampler, hag=spec.hag, **kwargs)
         self.phases["read_ahead_s"] += sampling - start
         self.phases["sampling_s"] += time.perf_counter() - sampling
         return sf
@@ -93,8 +111,8 @@ class OfflineEpochs:
         return self.phases["read_ahead_s"] + self.phases["sampling_s"]
 
     def sample(self, epoch: int) -> SampleFile:
-        return self._sample(f"epoch-{epoch:05d}.samples", fanouts=self.fanouts, epoch=epoch,
-                            max_batches=self.max_batches, shard=self.shard)
+        return self._sample(f"epoch-{epoch:05d}.samples", fanouts=list(self.spec.fanouts), epoch=epoch,
+                            max_batches=self.max_batches, shard=self.spec.shard)
 
     def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
@@ -114,19 +132,20 @@ class OfflineEpochs:
         not served by the recent-rows tier) and rows that tier serves, and the packs' bytes before any blow-up
         cap (4 KiB-padded)."""
         samples = self.rows(self._samples0)
-        packed, recent = pack_counts(samples, self.placement, self.threads or os.cpu_count() or 1, self.recent)
+        packed, recent = pack_counts(samples, self.placement, self.spec.threads or os.cpu_count() or 1, self.recent)
         batches = max(1, len(samples))
         total = packed * self.source.row_bytes + 4096 * len(self._samples0)
-        if self.max_blowup is not None:
-            total = min(total, int(self.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
+        if self.spec.max_blowup is not None:
+            total = min(total, int(self.spec.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
         inputs = sum(int(b.nodes.size) for b in samples)
         return {"input_rows_per_batch": inputs / batches, "packed_rows": packed, "recent_rows": recent,
                 "input_rows": inputs, "pack_bytes": total}
 
     def pack(self, samples: SampleFile, name: str, recent: int = 0) -> PackFile:
         start = time.perf_counter()
-        packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=self.max_blowup,
-                           memory_budget=self.pack_memory, threads=self.threads, features=self.source, recent=recent)
+        spec = self.spec
+        packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=spec.max_blowup,
+                           pack_memory=spec.pack_memory, threads=spec.threads, features=self.source, recent=recent)
         self.pack_s += time.perf_counter() - start
         stats = packs.packing
         for key, phase in (("plan_s", "pack_plan_s"), ("write_s", "pack_write_s"), ("buffer_wait_s",
@@ -139,7 +158,7 @@ class OfflineEpochs:
                    max_batches: int | None = None) -> EpochFiles:
         """Eval batches of a split, sampled and packed once for the whole run."""
         samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
-                               max_batches=max_batches, batch_size=self.eval_batch_size)
+                               max_batches=max_batches, batch_size=self.spec.eval_batch_size or self.spec.batch_size)
         return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
 
     def _prepare(self, epoch: int) -> EpochFiles:
@@ -148,7 +167,7 @@ class OfflineEpochs:
 
     def files(self, epoch: int) -> EpochFiles:
         """Epoch's files, waiting for the background preparation when it is running."""
-        key = 0 if self.replay else epoch
+        key = 0 if self.spec.replay else epoch
         if self._thread is not None:
             self._thread.join()
             self._thread = None
@@ -160,11 +179,11 @@ class OfflineEpochs:
         return self._ready[key]
 
     def order(self, epoch: int, num_batches: int) -> np.ndarray:
-        return batch_order(num_batches, self.seed, epoch) if self.replay else np.arange(num_batches)
+        return batch_order(num_batches, self.spec.seed, epoch) if self.spec.replay else np.arange(num_batches)
 
     def prefetch(self, epoch: int) -> None:
         """Starts preparing `epoch` in the background (nothing to do in replay mode)."""
-        if self.replay or epoch in self._ready or self._thread is not None:
+        if self.spec.replay or epoch in self._ready or self._thread is not None:
             return
 
         def run():
@@ -178,7 +197,7 @@ class OfflineEpochs:
 
     def release(self, epoch: int) -> None:
         """Deletes a finished epoch's files (fresh-sample mode keeps two epochs on disk at most)."""
-        if self.replay or epoch not in self._ready:
+        if self.spec.replay or epoch not in self._ready:
             return
         files = self._ready.pop(epoch)
         for path in (files.samples.path, files.samples.path.with_suffix(".json"), files.packs.path,

@@ -46,7 +46,6 @@ from ..data.features import FeatureSource, feature_source
 from ..data.files import guard_io, padded, read_index, temp_path, write_index_tmp
 from ..data.format import Dataset
 from ..errors import DiskgnnError, UsageError
-from ..units import parse_size
 from .placement import Placement
 
 PACKS_FORMAT = "diskgnn-packs"
@@ -246,7 +245,7 @@ def _default_threads() -> int:
 
 
 def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
-               chunk_bytes: int = defaults.PACK_CHUNK_BYTES, memory_budget: int | str = defaults.PACK_BUDGET,
+               chunk_bytes: int = defaults.PACK_CHUNK_BYTES, pack_memory: int = defaults.PACK_MEMORY,
                threads: int | None = None, features: FeatureSource | None = None, recent: int = 0) -> "PackFile":
     """Writes the packs of one sample file; returns them opened.
 
@@ -255,15 +254,15 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     the store's recent-rows tier; the batches must train in file order). The native
     packer (native/packer.h) reads them once, front to back, gathering with
     `threads` threads (default: the cores, at most defaults.PACK_MAX_THREADS).
-    Memory: `memory_budget` (bytes, or a size such as "512MiB") for its
-    chunk and staging buffers, plus the plan (defaults.PACK_PLAN_BYTES_PER_ROW per packed row).
+    Memory: `pack_memory` bytes for its chunk and staging buffers (the run's
+    plan gives the packer this share of its budget), plus the pack plan
+    (defaults.PACK_PLAN_BYTES_PER_ROW per packed row).
     """
     from .. import _native
 
     out_path = Path(out_path)
     source = features or feature_source(dataset)
     row = source.row_bytes
-    budget = parse_size(memory_budget)
     threads = _default_threads() if threads is None else threads
     if threads < 1:
         raise DiskgnnError(f"threads must be at least 1, got {threads}")
@@ -278,9 +277,9 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     try:
         stats = guard_io(out_path, lambda: _native.pack_regions(
             str(source.path), source.num_rows, row, p.ids, p.starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
-            memory_budget=budget, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
+            pack_memory=pack_memory, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
             write_depth=defaults.PACK_WRITE_DEPTH, direct="auto"))
-    except _native.MemoryBudgetError as e:
+    except _native.PackMemoryError as e:
         tmp.unlink(missing_ok=True)
         raise DiskgnnError(f"{out_path}: {e}") from None
     except BaseException:

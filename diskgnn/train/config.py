@@ -157,6 +157,21 @@ class TrainConfig:
         return seconds
 
     @property
+    def budget_bytes(self) -> int:
+        """--memory-budget, the whole run's (every other memory of the run is a share of it, the plan's)."""
+        return parse_size(self.memory_budget, "--memory-budget")
+
+    @property
+    def host_cache_bytes(self) -> int | None:
+        """--host-cache in bytes; None for auto."""
+        return None if self.host_cache == "auto" else parse_size(self.host_cache, "--host-cache")
+
+    @property
+    def device_cache_bytes(self) -> int | None:
+        """--device-cache in bytes; None for auto."""
+        return None if self.device_cache == "auto" else parse_size(self.device_cache, "--device-cache")
+
+    @property
     def checkpoint_interval(self) -> tuple[str, float] | None:
         """("batches", N) or ("seconds", S) between mid-epoch checkpoints; None: at epoch ends only."""
         return _interval(self.checkpoint_every)
@@ -209,10 +224,7 @@ class TrainConfig:
                                  f"{e}") from None
         if self.summary_json and not Path(self.summary_json).absolute().parent.is_dir():
             raise UsageError(f"--summary-json {self.summary_json}: its directory does not exist")
-        parse_size(self.memory_budget, "--memory-budget")
-        for name in ("host_cache", "device_cache"):
-            if getattr(self, name) != "auto":
-                parse_size(getattr(self, name), f"--{name.replace('_', '-')}")
+        self.budget_bytes, self.host_cache_bytes, self.device_cache_bytes  # noqa: B018 - bad sizes refused now
 
 
 def _ints(text: str, flag: str) -> list[int]:

@@ -46,7 +46,7 @@ from ..offline.epochs import EpochFiles, OfflineEpochs
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from .config import TrainConfig, from_options, save
-from .plan import Plan, disk_copies, make_plan
+from .plan import Plan, disk_copies, make_plan, offline_spec
 
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -91,7 +91,7 @@ class Loader:
         self.device = self.plan.device
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
         self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
-        self._graph_hag = None  # the whole graph's, for --eval full (loading/graph_hag.py), found at first use
+        self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
         self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
@@ -108,19 +108,7 @@ class Loader:
             self.say(line)
         if cfg.sampling == "online":
             return plan
-        coop = cfg.distributed == "cooperative"
-        self.epochs = OfflineEpochs(ds, self.workdir / "epochs", fanouts=cfg.fanout_list,
-                                    batch_size=cfg.batch_size * (group.world if coop else 1),
-                                    eval_batch_size=cfg.batch_size,
-                                    shard=(0, 1) if coop else (group.rank, group.world),
-                                    rows=(lambda samples: cooperative.OwnedRows(samples, group.rank, group.world,
-                                                                                cfg.owner, ds.num_nodes))
-                                    if coop else None,
-                                    seed=cfg.seed, replay=cfg.sampling == "replay",
-                                    max_blowup=cfg.max_blowup, threads=cfg.threads, pack_memory=plan.pack_memory,
-                                    max_batches=cfg.max_batches, features=self.source,
-                                    read_ahead=plan.topology_read_ahead, sampler=cfg.sampler_spec,
-                                    recent=plan.recent_batches, hag=None if coop else self.hag)
+        self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
         placement = self.epochs.plan_placement(list(plan.tiers.items()))
         if len(self.epochs.files(0).samples) == 0:
             raise DiskgnnError(f"{self.data}: {self.train_ids.size:,} train seeds make fewer than {group.world} "
@@ -166,14 +154,15 @@ class Loader:
         return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
                 + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
                    f"faster (a removed row read saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an "
-                   f"aggregation node costs {defaults.HAG_NODE_COST:g}); no more searching where the first "
-                   f"{defaults.HAG_PROBE_BATCHES} batches had none")]
+                   f"aggregation node costs {defaults.HAG_NODE_COST:g}); searched only where its sources' most shared "
+                   f"pair could make one pay, and no more where the first {defaults.HAG_PROBE_BATCHES} batches had "
+                   "none")]
 
     def graph_hag(self):
         """The dataset's stored whole-graph HAG under --hag on|auto (searched and stored at first use), else None."""
         if self.hag.mode == "off":
             return None
-        if self._graph_hag is None:
+        if self._graph_hag is False:  # not looked for yet
             self._graph_hag = graph_hag(self.ds, self.hag.mode, fallback_dir=self.workdir, threads=self.cfg.threads,
                                         say=self.say)
         return self._graph_hag
@@ -295,7 +284,7 @@ class Loader:
             "tiers": self.stats(),
             "rows_per_batch": self.rows_per_batch(),
             "hag": {**self.hag.stats.to_dict(),
-                    **({"graph": self._graph_hag.stats()} if self._graph_hag is not None else {})},
+                    **({"graph": self._graph_hag.stats()} if self._graph_hag not in (False, None) else {})},
             "disk_bytes_read": self.accounting["disk_bytes"],
             "features": self.source.name,
             "feature_row_bytes": self.source.row_bytes,

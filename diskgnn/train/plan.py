@@ -28,10 +28,12 @@ from ..data.quantize import fidelity
 from ..data.format import Dataset
 from ..errors import DiskgnnError, UsageError
 from ..nn.models import activation_bytes, layer_dims
+from ..distributed.cooperative import OwnedRows
+from ..offline.epochs import EpochSpec
 from ..offline.sample import topology_bytes
 from ..store.store import HELD_BEYOND_READS
 from ..store.uva import HostGather, host_gather
-from ..units import format_size, parse_size
+from ..units import format_size
 from .config import TrainConfig
 
 
@@ -283,6 +285,21 @@ def _sampler_text(cfg: TrainConfig) -> str:
                      + ([f"batch dependency {cfg.batch_dependency}"] if cfg.batch_dependency > 1 else []))
 
 
+def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag) -> EpochSpec:
+    """What the run's offline epochs follow. Under cooperative minibatching every rank samples the whole global
+    batch (world x --batch-size seeds) and places, packs and reads only the input rows it owns; under
+    data parallelism each rank keeps its shard of the batches. HAGs are stored with the samples except for
+    cooperative runs, whose blocks are each rank's share (searched as they are decoded)."""
+    coop = cfg.distributed == "cooperative"
+    return EpochSpec(
+        fanouts=tuple(cfg.fanout_list), batch_size=cfg.batch_size * (group.world if coop else 1), seed=cfg.seed,
+        pack_memory=plan.pack_memory, features=source, replay=cfg.sampling == "replay", max_blowup=cfg.max_blowup,
+        threads=cfg.threads, max_batches=cfg.max_batches, read_ahead=plan.topology_read_ahead,
+        sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
+        rows=(lambda samples: OwnedRows(samples, group.rank, group.world, cfg.owner, plan.num_nodes)) if coop else None,
+        eval_batch_size=cfg.batch_size, hag=None if coop else hag)
+
+
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:
     """The plan of a run, before any work: refused with one line where the budget cannot hold it. The device,
     the precision and the host tiers' way to the device are decided here (a calibration runs for
@@ -299,21 +316,21 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
-    budget = parse_size(cfg.memory_budget)
-    explicit_host = 0 if cfg.host_cache == "auto" else parse_size(cfg.host_cache)
+    budget = cfg.budget_bytes
+    explicit_host = cfg.host_cache_bytes or 0
     depth, floor, need = _fit(ds, source, cfg, budget, explicit_host, precision, device)
     features = ds.num_nodes * source.row_bytes
     # no tier larger than all the stored rows; auto: half of what the budget leaves after the working set
     # (the other half: page cache for segments and the OS)
-    host = min(features, (budget - need) // 2) if cfg.host_cache == "auto" else explicit_host
+    host = min(features, (budget - need) // 2) if cfg.host_cache_bytes is None else explicit_host
     tiers = {"host": host}
     if device != "cpu":
-        if cfg.device_cache == "auto":
+        if cfg.device_cache_bytes is None:
             import torch
 
             tiers = {"device": min(features, torch.cuda.mem_get_info()[0] // 4), **tiers}
         else:
-            tiers = {"device": parse_size(cfg.device_cache), **tiers}
+            tiers = {"device": cfg.device_cache_bytes, **tiers}
     plan = Plan(
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
         feature_dtype=ds.feature_dtype.name, splits={s: int(ds.split(s).size) for s in ("train", "val", "test")},

@@ -21,11 +21,11 @@ inline diskgnn::reader_options reader(const std::string& backend, diskgnn::direc
   return o;
 }
 
-inline diskgnn::packer_options packer(uint64_t chunk_bytes, uint64_t memory_budget, unsigned threads,
+inline diskgnn::packer_options packer(uint64_t chunk_bytes, uint64_t pack_memory, unsigned threads,
                                       diskgnn::direct_mode direct) {
   diskgnn::packer_options o;
   o.chunk_bytes = chunk_bytes;
-  o.memory_budget = memory_budget;
+  o.pack_memory = pack_memory;
   o.max_write_bytes = 1 << 20;
   o.threads = threads;
   o.write_depth = 3;

@@ -112,25 +112,25 @@ int main() {
       if (v.budget == 0) {
         // Find the minimum from the refusal, then pack at exactly that budget.
         try {
-          o.memory_budget = 1;
+          o.pack_memory = 1;
           pack(file.path(), num_rows, row_bytes, g, out, o);
           CHECK(false);
-        } catch (const diskgnn::memory_budget_error& e) {
+        } catch (const diskgnn::pack_memory_error& e) {
           const std::string what = e.what();
           const size_t at = what.find("minimum of ");
           CHECK(at != std::string::npos);
-          o.memory_budget = std::stoull(what.substr(at + 11));
+          o.pack_memory = std::stoull(what.substr(at + 11));
         }
-        CHECK(throws<diskgnn::memory_budget_error>([&] {
+        CHECK(throws<diskgnn::pack_memory_error>([&] {
           diskgnn::packer_options less = o;
-          less.memory_budget -= 1;
+          less.pack_memory -= 1;
           pack(file.path(), num_rows, row_bytes, g, out, less);
         }));
       }
       const diskgnn::pack_result res = pack(file.path(), num_rows, row_bytes, g, out, o);
       const std::vector<uint8_t> packed = read_file(out);
       check_pack(features, row_bytes, g, packed, res.checksums);
-      CHECK(res.buffer_bytes <= o.memory_budget);
+      CHECK(res.buffer_bytes <= o.pack_memory);
       CHECK(res.bytes_written == static_cast<uint64_t>(g.offsets.back()));
       if (v.direct == diskgnn::direct_mode::off) CHECK(!res.read_direct && !res.write_direct);
       if (v.budget == 0) CHECK(res.writes > g.count());  // staging had to flush mid-region

@@ -35,10 +35,10 @@ def epoch(request, tmp_path_factory):
     return tmp, ds, sf, counts
 
 
-def minimum_budget(ds, sf, placement, path, max_blowup=None) -> int:
-    """The smallest budget the packer accepts, read from its refusal of one byte."""
+def minimum_memory(ds, sf, placement, path, max_blowup=None) -> int:
+    """The smallest pack_memory the packer accepts, read from its refusal of one byte."""
     with pytest.raises(DiskgnnError, match="below the packer's minimum of") as e:
-        pack_epoch(ds, sf, placement, path, memory_budget=1, max_blowup=max_blowup)
+        pack_epoch(ds, sf, placement, path, pack_memory=1, max_blowup=max_blowup)
     assert "\n" not in str(e.value)
     assert not path.exists() and not path.with_name(path.name + ".tmp").exists()
     return int(str(e.value).split("minimum of ")[1].split()[0])
@@ -80,8 +80,8 @@ def test_pack_files_are_the_oracle_for_any_chunk_budget_and_threads(epoch, cache
     placement = place(counts, ds.row_bytes, [("host", int(cache_fraction * ds.num_nodes * ds.row_bytes))])
     regions = plan(sf, placement, ds.num_nodes, max_blowup).regions
     assert (max(ids.size for ids in regions) == 0) == (cache_fraction >= 1)
-    budget = minimum_budget(ds, sf, placement, tmp / "min.packs", max_blowup)
-    variants = [  # (chunk_bytes, memory_budget, threads)
+    budget = minimum_memory(ds, sf, placement, tmp / "min.packs", max_blowup)
+    variants = [  # (chunk_bytes, pack_memory, threads)
         (64 << 20, 1 << 30, 2),  # one chunk holds every row
         (1, 1 << 30, 1),  # one-row chunks
         (3 * ds.row_bytes, budget, 2),  # the smallest budget: staging flushes every block or two
@@ -89,13 +89,13 @@ def test_pack_files_are_the_oracle_for_any_chunk_budget_and_threads(epoch, cache
         (4096, budget + 64 * 4096, 3),
     ]
     reference, flushed = None, set()
-    for i, (chunk_bytes, memory_budget, threads) in enumerate(variants):
+    for i, (chunk_bytes, pack_memory, threads) in enumerate(variants):
         path = tmp / f"v{i}.packs"
         packs = pack_epoch(ds, sf, placement, path, max_blowup=max_blowup, chunk_bytes=chunk_bytes,
-                           memory_budget=memory_budget, threads=threads)
+                           pack_memory=pack_memory, threads=threads)
         if max_blowup is not None:
             assert packs.meta["blowup"] <= max_blowup and packs.meta["segment_batches"] >= 2
-        assert packs.packing["buffer_bytes"] <= memory_budget
+        assert packs.packing["buffer_bytes"] <= pack_memory
         assert packs.packing["bytes_written"] == packs.offsets[-1]
         if packs.packing["staging_bytes"] < max(padded(ids.size * ds.row_bytes) for ids in regions):
             assert packs.packing["writes"] > sum(ids.size > 0 for ids in regions)  # a staging buffer was flushed
@@ -117,8 +117,8 @@ def test_staging_holds_at_most_a_sixteenth_of_the_pack(epoch):
     tmp, ds, sf, counts = epoch
     placement = place(counts, ds.row_bytes, [("host", 0)])
     path = tmp / "cap.packs"
-    least = minimum_budget(ds, sf, placement, path)
-    packs = pack_epoch(ds, sf, placement, path, chunk_bytes=4096, memory_budget=1 << 30, threads=2)
+    least = minimum_memory(ds, sf, placement, path)
+    packs = pack_epoch(ds, sf, placement, path, chunk_bytes=4096, pack_memory=1 << 30, threads=2)
     chunk_buffers = 2 * (padded(packs.packing["chunk_bytes"]) + 4096)
     bound = max(least, packs.offsets[-1] // 16)
     if ds.row_bytes == 1:
@@ -136,9 +136,9 @@ def test_batches_assemble_to_the_oracle_at_the_smallest_budget(epoch, max_blowup
     budget = int(0.1 * ds.num_nodes * ds.row_bytes)
     placement = place(counts, ds.row_bytes, [("host", budget // 2), ("host2", budget - budget // 2)])
     path = tmp / f"m{max_blowup}.packs"
-    memory_budget = minimum_budget(ds, sf, placement, path, max_blowup)
+    pack_memory = minimum_memory(ds, sf, placement, path, max_blowup)
     packs = pack_epoch(ds, sf, placement, path, max_blowup=max_blowup, chunk_bytes=2 * ds.row_bytes,
-                       memory_budget=memory_budget, threads=2)
+                       pack_memory=pack_memory, threads=2)
     store = FeatureStore(ds, placement, packs)
     features = np.asarray(ds.features)
     for batch in sf:
@@ -150,12 +150,12 @@ def test_batches_assemble_to_the_oracle_at_the_smallest_budget(epoch, max_blowup
     store.close()
 
 
-def test_one_batch_and_memory_budget_as_text(epoch):
+def test_one_batch(epoch):
     tmp, ds, _, _ = epoch
     sf = sample_epoch(ds, tmp / "one.samples", fanouts=[2], batch_size=10**6, seed=3, epoch=0)
     assert len(sf) == 1
     placement = place(access_counts([sf], ds.num_nodes), ds.row_bytes, [("host", 0)])
-    packs = pack_epoch(ds, sf, placement, tmp / "one.packs", memory_budget="16MiB", threads=1)
+    packs = pack_epoch(ds, sf, placement, tmp / "one.packs", pack_memory=16 << 20, threads=1)
     check_regions(ds, packs, plan(sf, placement, ds.num_nodes).regions)
     assert packs.packing["buffer_bytes"] <= 16 << 20
 
@@ -221,7 +221,7 @@ def layout(regions, row_bytes):
 
 def native_options(**kw) -> dict:
     """pack_regions' options (the native side has no defaults): the defaults module's, then `kw`."""
-    return {"chunk_bytes": defaults.PACK_CHUNK_BYTES, "memory_budget": defaults.PACK_BUDGET,
+    return {"chunk_bytes": defaults.PACK_CHUNK_BYTES, "pack_memory": defaults.PACK_MEMORY,
             "max_write_bytes": defaults.PACK_MAX_WRITE_BYTES, "threads": 2, "write_depth": defaults.PACK_WRITE_DEPTH,
             "direct": "auto", **kw}
 
@@ -246,7 +246,7 @@ def test_native_packer_regions_of_every_shape(tmp_path, row_bytes):
     for direct, threads, budget in (("auto", 2, 1 << 30), ("off", 3, 1 << 30), ("auto", 1, 400 << 10)):
         out = tmp_path / f"pack-{direct}-{threads}"
         stats = _native.pack_regions(str(path), n, row_bytes, ids, starts, offsets, str(out),
-                                     **native_options(chunk_bytes=7 * row_bytes, memory_budget=budget, threads=threads,
+                                     **native_options(chunk_bytes=7 * row_bytes, pack_memory=budget, threads=threads,
                                                       write_depth=2, direct=direct))
         if direct == "off":
             assert not stats["read_direct"] and not stats["write_direct"]
@@ -291,8 +291,8 @@ def test_native_packer_refuses_inconsistent_input(tmp_path):
         pack([[1, 2]], lambda i, s, o: (i, s, o[:1]))
     with pytest.raises(ValueError, match="threads"):
         pack([[1]], threads=0)
-    with pytest.raises(_native.MemoryBudgetError, match="minimum"):
-        pack([[1]], memory_budget=4096)
+    with pytest.raises(_native.PackMemoryError, match="minimum"):
+        pack([[1]], pack_memory=4096)
     with pytest.raises(EOFError, match="shorter than expected"):
         pack([[1]], num_rows=10 * n)
     with pytest.raises(FileNotFoundError):
