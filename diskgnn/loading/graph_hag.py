@@ -25,7 +25,7 @@ from ..data.files import RecordFile, RecordLog, guard_io, temp_path, write_index
 from ..data.format import Dataset
 from ..errors import DiskgnnError
 from .blocks import full_block
-from .hag import decode, encode, pays, search
+from .hag import decode, encode, may_pay, model_allows, pays, search
 
 GRAPH_HAG_FORMAT = "diskgnn-graph-hag"
 GRAPH_HAG_VERSION = 1
@@ -103,10 +103,17 @@ class GraphHag(RecordFile):
 
 
 def graph_hag(ds: Dataset, mode: str, *, fallback_dir: Path, chunk: int | None = None,
-              threads: int | None = None, say=print) -> GraphHag:
+              threads: int | None = None, say=print) -> GraphHag | None:
     """The dataset's whole-graph HAG, searched now unless a valid one of these parameters is stored (beside the
-    dataset, or in `fallback_dir` where the dataset's directory cannot be written)."""
+    dataset, or in `fallback_dir` where the dataset's directory cannot be written); None where, by the cost
+    model, no chunk's HAG could pay (may_pay on the first chunk: nothing is searched)."""
     chunk = chunk or defaults.HAG_GRAPH_CHUNK
+    if not (model_allows(mode) and may_pay(mode, full_block(ds.indptr, ds.indices,
+                                                            np.arange(min(chunk, ds.num_nodes)))[0])):
+        say(f"hag: --hag {mode}: by the cost model no HAG of this graph's chunks could be faster (a removed row read "
+            f"saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an aggregation node costs "
+            f"{defaults.HAG_NODE_COST:g}): inference sums plainly, nothing searched")
+        return None
     name = f"graph-c{chunk}.hag"
     candidates = [Path(ds.path) / "hag" / name, Path(fallback_dir) / "hag" / name]
     for path in candidates:

@@ -16,9 +16,16 @@ while the aggregation rows that replace them are colder. `auto` runs a HAG where
 predicted at least defaults.HAG_MIN_SAVING cheaper, `on` wherever it sums
 fewer rows (E' + 2A < E). Capacity: a quarter of the block's destinations
 (the paper's |V|/4). HAG applies to sums and means (sage, gcn), not to GAT's
-per-edge weights. Under `auto` a pass whose first defaults.HAG_PROBE_BATCHES
-batches had no block that paid stops searching: uniform neighbour sampling
-on a random graph draws almost no shared pairs (W1).
+per-edge weights.
+
+`auto` decides before it searches, from the cost model's inputs: an
+aggregation node shared by k destinations changes the time by a - s * k, so
+no HAG of a block pays unless some pair of its sources is shared by more
+than a / s destinations (never, where s <= 0, as measured here). `may_pay`
+bounds the saving from the pair counts of a sample of the block's
+destinations; a block that cannot pay is not searched, a run whose first
+batch's blocks cannot is not searched again, and a pass whose first
+defaults.HAG_PROBE_BATCHES batches had no block that paid stops searching.
 
 Offline (diskgnn/offline/sample.py) each batch's HAGs are searched as it is
 sampled and stored after its record; online they are searched in the
@@ -70,6 +77,44 @@ def search(block):
     hag = _native.hag_search(indptr, indices, block.num_src, max(1, block.num_dst // 4), 2, defaults.HAG_MAX_DEPTH,
                              defaults.HAG_MAX_DEGREE)
     return hag, int(indices.size), hag.num_edges + 2 * hag.num_agg
+
+
+def shared_by(block, sample: int = 512, seed: int = 0) -> float:
+    """An estimate of the most destinations any pair of the block's sources is shared by: the most among a sample
+    of up to `sample` destinations with 2 to HAG_MAX_DEGREE sources (the search's), scaled to all of them."""
+    indptr = np.asarray(block.indptr, dtype=np.int64)
+    indices = np.asarray(block.indices, dtype=np.int64)
+    deg = np.diff(indptr)
+    eligible = np.flatnonzero((deg >= 2) & (deg <= defaults.HAG_MAX_DEGREE))
+    if eligible.size == 0:
+        return 0.0
+    picked = eligible if eligible.size <= sample else np.random.default_rng(seed).choice(eligible, sample, False)
+    keys = []
+    for d in picked.tolist():
+        src = np.unique(indices[indptr[d]: indptr[d + 1]])
+        i, j = np.triu_indices(src.size, 1)
+        keys.append(src[i] * block.num_src + src[j])
+    _, counts = np.unique(np.concatenate(keys), return_counts=True)
+    return float(counts.max()) * eligible.size / picked.size if counts.size else 0.0
+
+
+def model_allows(mode: str) -> bool:
+    """Whether any HAG could run under `mode` at all: not under `auto` where a removed read saves nothing (s <= 0)
+    and every aggregation node only adds time."""
+    return mode == "on" or (mode == "auto" and defaults.HAG_SAVED_ROW_COST > 0)
+
+
+def may_pay(mode: str, block) -> bool:
+    """Whether any HAG of `block` could run under `mode`, before searching it: `on` wherever it may sum fewer rows;
+    `auto` where the best case, a quarter of its destinations as aggregation nodes each shared by as many
+    destinations as the most shared pair (shared_by), is predicted at least HAG_MIN_SAVING faster."""
+    if not model_allows(mode):
+        return False
+    if mode == "on":
+        return True
+    s, a = defaults.HAG_SAVED_ROW_COST, defaults.HAG_NODE_COST
+    best = max(1, block.num_dst // 4) * (s * shared_by(block) - a)
+    return best >= defaults.HAG_MIN_SAVING * int(np.asarray(block.indptr)[-1])
 
 
 def predicted_cost(plain: int, edges: int, agg: int) -> float:
@@ -136,6 +181,7 @@ class HagBuilder:
         self.mode = mode
         self.stats = HagStats()
         self._lock = threading.Lock()
+        self._layers = None  # per block of a batch, whether it may pay (may_pay on the first batch's blocks)
 
     @property
     def active(self) -> bool:
@@ -145,16 +191,24 @@ class HagBuilder:
         """Each block's HAG where it pays, else None; counted in `stats`."""
         if not self.active:
             return [None] * len(blocks)
+        with self._lock:
+            if self._layers is None:
+                self._layers = [may_pay(self.mode, b) for b in blocks]
+                if not any(self._layers):
+                    self.stats.stopped = True
+            layers = self._layers
         s = HagStats(batches=1)
         start = time.perf_counter()
         chosen = []
-        for block in blocks:
-            hag, plain, through = search(block)
-            use = pays(self.mode, plain, hag.num_edges, hag.num_agg)
-            s.blocks += 1
-            s.used += use
-            s.rows_plain += plain
-            s.rows_hag += through if use else plain
+        for block, may in zip(blocks, layers):
+            hag, use = None, False
+            if may:
+                hag, plain, through = search(block)
+                use = pays(self.mode, plain, hag.num_edges, hag.num_agg)
+                s.blocks += 1
+                s.used += use
+                s.rows_plain += plain
+                s.rows_hag += through if use else plain
             chosen.append(hag if use else None)
         s.search_s = time.perf_counter() - start
         with self._lock:

@@ -61,7 +61,12 @@ def test_inference_through_the_graph_hag_equals_plain_inference(dataset, tmp_pat
 
 
 def test_auto_runs_no_chunk_the_cost_model_says_is_slower(dataset, tmp_path, monkeypatch):
-    monkeypatch.setattr("diskgnn.defaults.HAG_SAVED_ROW_COST", 0.0)
+    said = []
+    monkeypatch.setattr("diskgnn.defaults.HAG_SAVED_ROW_COST", 0.0)  # nothing to gain: not even searched
+    assert graph_hag(dataset, "auto", fallback_dir=tmp_path, chunk=199, say=said.append) is None
+    assert "no HAG of this graph's chunks could be faster" in said[0] and not (dataset.path / "hag").exists()
+    monkeypatch.setattr("diskgnn.loading.graph_hag.model_allows", lambda mode: True)  # searched, then none runs
+    monkeypatch.setattr("diskgnn.loading.graph_hag.may_pay", lambda mode, block: True)
     hag = graph_hag(dataset, "auto", fallback_dir=tmp_path, chunk=199, say=lambda line: None)
     assert not any(hag.used) and all(hag[c] is None for c in range(len(hag)))
     assert hag.stats()["rows_hag"] == hag.stats()["rows_plain"]

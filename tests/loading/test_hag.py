@@ -155,7 +155,8 @@ def test_builder_runs_the_hag_only_where_the_cost_model_says_it_pays(monkeypatch
     builder.attach([redundant, sparse])
     assert redundant.hag is not None and sparse.hag is None
     s = builder.stats.to_dict()
-    assert s["blocks"] == 2 and s["used"] == 1 and 0 < s["saving"] < 1
+    # the sparse block is not even searched: no pair of its sources is shared by more than a / s = 2 destinations
+    assert s["blocks"] == 1 and s["used"] == 1 and 0 < s["saving"] < 1
     hag, plain, through = search(block_of(*CASES["all the same"]))
     assert predicted_cost(plain, hag.num_edges, hag.num_agg) == through  # every row read counts 1
     # Removed reads of cached rows cost nothing (this machine's measured model): the same HAG does not pay.
@@ -163,8 +164,9 @@ def test_builder_runs_the_hag_only_where_the_cost_model_says_it_pays(monkeypatch
     assert predicted_cost(plain, hag.num_edges, hag.num_agg) > plain
     assert not pays("auto", plain, hag.num_edges, hag.num_agg)
     assert pays("on", plain, hag.num_edges, hag.num_agg) and through < plain  # on: wherever fewer rows are summed
-    # auto stops searching a pass where the probe found nothing to save
+    # auto stops searching a pass where the probe found nothing to save (blocks the pair counts let through)
     monkeypatch.setattr("diskgnn.defaults.HAG_PROBE_BATCHES", 2)
+    monkeypatch.setattr("diskgnn.loading.hag.may_pay", lambda mode, block: True)
     quiet = HagBuilder("auto")
     for _ in range(3):
         quiet.attach([block_of([[0, 1], [2, 3]], 4)])
@@ -261,3 +263,20 @@ def test_hag_on_with_gat_is_refused():
 
     with pytest.raises(UsageError, match="gat weights every edge"):
         TrainConfig(model="gat", hag="on").validate()
+
+
+def test_auto_searches_nothing_where_the_cost_model_says_no_hag_can_pay(monkeypatch):
+    """Under this machine's measured constants (a removed read saves nothing: s <= 0) no HAG is ever predicted
+    faster, so auto decides from the constants and the pair counts before any search: a held-out graph with one
+    full-neighbour batch per epoch took 2.3x --hag off's time while auto probed and chose nothing."""
+    from diskgnn.loading.hag import may_pay, shared_by
+
+    redundant = block_of(*CASES["all the same"])
+    assert may_pay("on", redundant) and shared_by(redundant) >= 2
+    assert not may_pay("auto", redundant)  # the defaults: s = -0.18
+    builder = HagBuilder("auto")
+    builder.attach([redundant])
+    assert redundant.hag is None and builder.stats.stopped and builder.stats.blocks == 0 and not builder.active
+    monkeypatch.setattr("diskgnn.defaults.HAG_SAVED_ROW_COST", 1.0)
+    monkeypatch.setattr("diskgnn.defaults.HAG_NODE_COST", 2.0)
+    assert may_pay("auto", redundant) and not may_pay("auto", block_of([[0, 1], [2, 3], [4, 5]], 6))
