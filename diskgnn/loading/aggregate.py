@@ -72,6 +72,7 @@ class CsrSum(torch.autograd.Function):
     (bf16 rows are widened first and the sums rounded once, as on the CPU)."""
 
     @staticmethod
+    @torch.autocast("cuda", enabled=False)  # the products run in float32 whatever autocast would pick
     def forward(ctx, h, block, scale=None, self_loop=False):
         rows = h.detach().float()
         values = scale.repeat_interleave(block.indptr[1:] - block.indptr[:-1], output_size=block.indices.numel()) \
@@ -85,13 +86,16 @@ class CsrSum(torch.autograd.Function):
         return out.to(h.dtype)
 
     @staticmethod
+    @torch.autocast("cuda", enabled=False)
     def backward(ctx, grad_out):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         block, g = ctx.block, grad_out.float()
-        # A's transpose as a CSR matrix: its entries sorted by source (stable: each list keeps its order).
+        # A's transpose as a CSR matrix: its entries sorted by source (stable: each list keeps its order). The
+        # counts by index_add, not bincount, which reads the largest id back to the host on a GPU.
         order = torch.argsort(block.indices, stable=True)
-        counts = torch.bincount(block.indices, minlength=ctx.num_src)
+        counts = torch.zeros(ctx.num_src, dtype=torch.int64, device=g.device).index_add_(
+            0, block.indices, torch.ones_like(block.indices))
         indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
         at = torch.sparse_csr_tensor(indptr, block.dst.index_select(0, order), ctx.values.index_select(0, order),
                                      (ctx.num_src, block.num_dst), check_invariants=False)
