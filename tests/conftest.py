@@ -61,6 +61,24 @@ def write_npy_dir(path: Path, g: dict, edge_layout="2xE", splits=None) -> Path:
     return path
 
 
+
+def make_dataset(tmp, n, dim, dtype=np.float32):
+    """A prepared dataset of n nodes with dim-wide feature rows of `dtype` (the store's tests' and the GPU's)."""
+    from diskgnn.data.format import open_dataset
+    from diskgnn.data.prepare import prepare
+
+    g = random_graph(n=n, e=4 * n, d=dim, seed=n)
+    g["feat"] = (g["feat"] * 100).astype(dtype)
+    g["dst"][g["dst"] == 5] = 6  # node 5: no in-edges (a degree-0 seed when it is in the train set)
+    train = np.arange(0, n, 3)
+    src = write_npy_dir(tmp / "src", g, splits={"train": train})
+    return open_dataset(prepare(src, tmp / "ds", progress=False, feature_dtype=np.dtype(dtype).name))
+
+
+# (nodes, feature dim, dtype): rows of 28 B, 4097 B and 1 B.
+CASES = [(199, 7, np.float32), (97, 4097, np.int8), (60, 1, np.uint8)]
+
+
 def run_module(module: str, *args, check=False):
     """Runs `python -m module args` and returns the CompletedProcess."""
     proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,

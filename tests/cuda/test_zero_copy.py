@@ -13,7 +13,7 @@ import torch
 
 from diskgnn.store.uva import KERNEL, host_gather, why_not
 
-from conftest import train_config
+from conftest import CASES, make_dataset, train_config
 
 WHY_NOT = why_not("cuda")
 needs_gpu = pytest.mark.skipif(WHY_NOT is not None, reason=f"zero-copy gathers cannot run here: {WHY_NOT}")
@@ -70,7 +70,7 @@ def test_training_on_cuda_gathers_the_same_rows_either_way(train_data, tmp_path)
 
 
 @needs_gpu
-@pytest.mark.parametrize("nodes,dim,dtype", [(199, 7, np.float32), (97, 4097, np.int8), (60, 1, np.uint8)])
+@pytest.mark.parametrize("nodes,dim,dtype", CASES)
 @pytest.mark.parametrize("zero_copy", [False, True])
 def test_batches_assembled_on_the_gpu_equal_the_cpu_path(tmp_path, nodes, dim, dtype, zero_copy):
     """Device tier, host tier (zero copy or the CPU's gather into the pinned slab), recent rows, segment rows
@@ -80,8 +80,6 @@ def test_batches_assembled_on_the_gpu_equal_the_cpu_path(tmp_path, nodes, dim, d
     from diskgnn.offline.sample import Sampler, sample_epoch
     from diskgnn.store.store import FeatureStore
     from diskgnn.store.tiers import load_tiers
-
-    from test_store import make_dataset
 
     ds = make_dataset(tmp_path, nodes, dim, dtype)
     features = np.asarray(ds.features)

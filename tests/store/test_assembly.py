@@ -19,7 +19,7 @@ from diskgnn.store.store import DeviceAssembly, FeatureStore, HostAssembly
 from diskgnn.store.tiers import PlacedTier, load_tiers
 
 from conftest import REPO
-from test_store import CASES, make_dataset
+from conftest import CASES, make_dataset
 
 
 @pytest.mark.parametrize("row_bytes", [1, 28, 512, 4097])

@@ -4,28 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from diskgnn.data.format import open_dataset
-from diskgnn.data.prepare import prepare
 from diskgnn.errors import DiskgnnError
 from diskgnn.offline.pack import PackFile, pack_epoch
 from diskgnn.offline.placement import access_counts, place
 from diskgnn.offline.sample import sample_epoch
 from diskgnn.store.store import FeatureStore
 
-from conftest import random_graph, write_npy_dir
-
-
-def make_dataset(tmp, n, dim, dtype=np.float32):
-    g = random_graph(n=n, e=4 * n, d=dim, seed=n)
-    g["feat"] = (g["feat"] * 100).astype(dtype)
-    g["dst"][g["dst"] == 5] = 6  # node 5: no in-edges (a degree-0 seed when it is in the train set)
-    train = np.arange(0, n, 3)
-    src = write_npy_dir(tmp / "src", g, splits={"train": train})
-    return open_dataset(prepare(src, tmp / "ds", progress=False, feature_dtype=np.dtype(dtype).name))
-
-
-# (nodes, feature dim, dtype): rows of 28 B, 4097 B and 1 B.
-CASES = [(199, 7, np.float32), (97, 4097, np.int8), (60, 1, np.uint8)]
+from conftest import CASES, make_dataset
 
 
 @pytest.mark.parametrize("nodes,dim,dtype", CASES)

@@ -11,7 +11,7 @@ from diskgnn.offline.sample import sample_epoch
 from diskgnn.store.store import FeatureStore
 from diskgnn.store.tiers import Rows, Tier, load_tiers
 
-from test_store import make_dataset
+from conftest import make_dataset
 
 
 class EveryOtherRowOf(Tier):
