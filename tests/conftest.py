@@ -75,6 +75,22 @@ def make_dataset(tmp, n, dim, dtype=np.float32):
     return open_dataset(prepare(src, tmp / "ds", progress=False, feature_dtype=np.dtype(dtype).name))
 
 
+def every_tier(tmp, nodes, dim, dtype):
+    """A dataset whose batches use every tier of the chain: (dataset, sample file, access counts, placement with a
+    device and a host tier, the packs' path; LABOR with batch dependency, so that rows recur in the next batches,
+    packed with a recent-rows window of 2 and shared segments)."""
+    from diskgnn.offline.pack import pack_epoch
+    from diskgnn.offline.placement import access_counts, place
+    from diskgnn.offline.sample import Sampler, sample_epoch
+
+    ds = make_dataset(tmp, nodes, dim, dtype)
+    sf = sample_epoch(ds, tmp / "e.samples", fanouts=[3, 2], batch_size=4, seed=0, epoch=0,
+                      sampler=Sampler("labor", layer_dependency=True, batch_dependency=16))
+    counts = access_counts([sf], ds.num_nodes)
+    placement = place(counts, ds.row_bytes, [("device", 4 * ds.row_bytes), ("host", 5 * ds.row_bytes)])
+    return ds, sf, counts, placement, pack_epoch(ds, sf, placement, tmp / "e.packs", recent=2, max_blowup=1.2).path
+
+
 # (nodes, feature dim, dtype): rows of 28 B, 4097 B and 1 B.
 CASES = [(199, 7, np.float32), (97, 4097, np.int8), (60, 1, np.uint8)]
 

@@ -263,7 +263,7 @@ class FeatureStore:
                 claims.append((todo[held], state))
                 todo = todo[~held]
         except BaseException:
-            del claims  # reads already started into the slab are waited for (ReadHandle) before it is reused
+            claims.clear()  # reads already started into the slab are waited for (ReadHandle) before it is reused
             self.slabs.release(slab)
             raise
         if todo.size:

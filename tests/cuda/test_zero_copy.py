@@ -13,7 +13,7 @@ import torch
 
 from diskgnn.store.uva import KERNEL, host_gather, why_not
 
-from conftest import CASES, make_dataset, train_config
+from conftest import CASES, every_tier, train_config
 
 WHY_NOT = why_not("cuda")
 needs_gpu = pytest.mark.skipif(WHY_NOT is not None, reason=f"zero-copy gathers cannot run here: {WHY_NOT}")
@@ -75,22 +75,15 @@ def test_training_on_cuda_gathers_the_same_rows_either_way(train_data, tmp_path)
 def test_batches_assembled_on_the_gpu_equal_the_cpu_path(tmp_path, nodes, dim, dtype, zero_copy):
     """Device tier, host tier (zero copy or the CPU's gather into the pinned slab), recent rows, segment rows
     and the pack, put in place on the GPU: every batch equals numpy indexing."""
-    from diskgnn.offline.pack import PackFile, pack_epoch
-    from diskgnn.offline.placement import access_counts, place
-    from diskgnn.offline.sample import Sampler, sample_epoch
+    from diskgnn.offline.pack import PackFile
     from diskgnn.store.store import FeatureStore
     from diskgnn.store.tiers import load_tiers
 
-    ds = make_dataset(tmp_path, nodes, dim, dtype)
+    ds, sf, _, placement, packs = every_tier(tmp_path, nodes, dim, dtype)
     features = np.asarray(ds.features)
-    sf = sample_epoch(ds, tmp_path / "e.samples", fanouts=[3, 2], batch_size=4, seed=0, epoch=0,
-                      sampler=Sampler("labor", layer_dependency=True, batch_dependency=16))
-    counts = access_counts([sf], ds.num_nodes)
-    placement = place(counts, ds.row_bytes, [("device", 4 * ds.row_bytes), ("host", 5 * ds.row_bytes)])
-    packs = pack_epoch(ds, sf, placement, tmp_path / "e.packs", recent=2, max_blowup=1.2)
     tiers = load_tiers(ds, placement, "cuda", zero_copy=zero_copy)
     assert tiers[0].rows.device.type == "cuda"
-    store = FeatureStore(ds, placement, PackFile(packs.path), device="cuda", tiers=tiers, read_depth=2)
+    store = FeatureStore(ds, placement, PackFile(packs), device="cuda", tiers=tiers, read_depth=2)
     for batch in sf:
         x = store.load(batch)
         assert x.device.type == "cuda"

@@ -8,18 +8,16 @@ import textwrap
 
 import numpy as np
 import pytest
-import torch
 
 from diskgnn import _native
-from diskgnn.offline.pack import PackFile, pack_epoch
-from diskgnn.offline.placement import access_counts, place
-from diskgnn.offline.sample import Batch, Sampler, sample_epoch
+from diskgnn.offline.pack import PackFile
+from diskgnn.offline.placement import place
+from diskgnn.offline.sample import Batch
 from diskgnn.store.staging import Slabs
 from diskgnn.store.store import DeviceAssembly, FeatureStore, HostAssembly
 from diskgnn.store.tiers import PlacedTier, load_tiers
 
-from conftest import REPO
-from conftest import CASES, make_dataset
+from conftest import CASES, REPO, every_tier, make_dataset
 
 
 @pytest.mark.parametrize("row_bytes", [1, 28, 512, 4097])
@@ -73,15 +71,10 @@ ASSEMBLIES = {"host": HostAssembly, "device on a cpu": lambda: DeviceAssembly("c
 def test_every_tier_put_in_place_equals_numpy(tmp_path, nodes, dim, dtype, assembly):
     """A device tier (a tensor table), a host tier, the recent rows, the segment's rows and the pack: every
     row of every batch where numpy indexing puts it, on both paths."""
-    ds = make_dataset(tmp_path, nodes, dim, dtype)
+    ds, sf, counts, placement, packs = every_tier(tmp_path, nodes, dim, dtype)
     features = np.asarray(ds.features)
-    sf = sample_epoch(ds, tmp_path / "e.samples", fanouts=[3, 2], batch_size=4, seed=0, epoch=0,
-                      sampler=Sampler("labor", layer_dependency=True, batch_dependency=16))
-    counts = access_counts([sf], ds.num_nodes)
-    placement = place(counts, ds.row_bytes, [("device", 4 * ds.row_bytes), ("host", 5 * ds.row_bytes)])
-    packs = pack_epoch(ds, sf, placement, tmp_path / "e.packs", recent=2, max_blowup=1.2)
     device, host = load_tiers(ds, placement)
-    store = FeatureStore(ds, placement, PackFile(packs.path), tiers=[DeviceStandIn(device), host],
+    store = FeatureStore(ds, placement, PackFile(packs), tiers=[DeviceStandIn(device), host],
                          assembly=ASSEMBLIES[assembly](), read_depth=2)
     assert [t.name for t in store.chain] == ["device", "host", "recent", "page_cache", "disk"]
     for batch in sf:
