@@ -267,23 +267,33 @@ PYBIND11_MODULE(_native, m) {
   };
   m.def(
       "dropout",
-      [elementwise](const py::array& in, py::array& out, double p, uint64_t key, uint64_t offset, bool relu,
-                    int num_threads) {
+      [elementwise](const py::array& in, py::array& out, double p, uint64_t key, uint64_t offset,
+                    const py::object& row_base, int64_t dim, bool relu, int num_threads) {
         const bool bf16 = elementwise({&in, &out}, "dropout");
+        id_array bases;
+        if (!row_base.is_none()) {
+          bases = id_array::ensure(row_base);
+          if (!bases || bases.ndim() != 1 || dim < 1 || bases.shape(0) * dim != in.size()) {
+            throw std::invalid_argument("dropout: row_base must hold one int64 per row of dim elements");
+          }
+        }
+        const int64_t* b = row_base.is_none() ? nullptr : bases.data();
         const void* i = in.data();
         void* o = out.mutable_data();
         const int64_t n = in.size();
         py::gil_scoped_release release;
         if (bf16) {
-          diskgnn::dropout(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), n, p, key, offset,
-                           relu, num_threads);
+          diskgnn::dropout(static_cast<const diskgnn::bf16*>(i), static_cast<diskgnn::bf16*>(o), n, p, key, offset, b,
+                           dim, relu, num_threads);
         } else {
-          diskgnn::dropout(static_cast<const float*>(i), static_cast<float*>(o), n, p, key, offset, relu, num_threads);
+          diskgnn::dropout(static_cast<const float*>(i), static_cast<float*>(o), n, p, key, offset, b, dim, relu,
+                           num_threads);
         }
       },
-      py::arg("in"), py::arg("out").noconvert(), py::arg("p"), py::arg("key"), py::arg("offset"), py::arg("relu"),
-      py::arg("num_threads"),
-      "out = in / (1 - p) where the draw of (key, offset + i) keeps element i (and, with relu, in > 0), else 0.");
+      py::arg("in"), py::arg("out").noconvert(), py::arg("p"), py::arg("key"), py::arg("offset"),
+      py::arg("row_base"), py::arg("dim"), py::arg("relu"), py::arg("num_threads"),
+      "out = in / (1 - p) where the draw of (key, position) keeps an element (and, with relu, in > 0), else 0; "
+      "positions offset + i, or with row_base (int64 per row of dim elements) row_base[r] + c.");
   m.def(
       "relu_dropout_backward",
       [elementwise](const py::array& grad, const py::array& out, py::array& grad_in, double p, int num_threads) {

@@ -50,23 +50,44 @@ float keep_scale(double p) {
 }  // namespace
 
 template <typename T>
-void dropout(const T* in, T* out, int64_t n, double p, uint64_t key, uint64_t offset, bool relu, int num_threads) {
+void dropout(const T* in, T* out, int64_t n, double p, uint64_t key, uint64_t offset, const int64_t* row_base,
+             int64_t dim, bool relu, int num_threads) {
   const float scale = keep_scale(p);
   if (offset % 2) throw std::invalid_argument("dropout: the stream's offset must be even");
+  if (row_base != nullptr && (dim < 1 || n % dim)) throw std::invalid_argument("dropout: rows of dim elements");
+  const int64_t rows = row_base != nullptr ? n / dim : 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (row_base[r] < 0 || row_base[r] % 2) throw std::invalid_argument("dropout: row positions must be even");
+  }
   // p < 1, so p * 2^32 is below 2^32 but may round up to it: 2^32 - 1 drops the same draws bar one
   const uint32_t t = static_cast<uint32_t>(std::min<uint64_t>(static_cast<uint64_t>(p * 4294967296.0 + 0.5),
                                                              0xffffffffu));
+  // Elements [lo, lo + count) drawing stream positions from `first` on.
+  auto run = [&](uint64_t first, int64_t lo, int64_t count, uint64_t* buf) {
+    const uint32_t* d = draws(key, first, count, buf);
+    if (relu) {
+      apply<true>(in + lo, out + lo, d, count, t, scale);
+    } else {
+      apply<false>(in + lo, out + lo, d, count, t, scale);
+    }
+  };
   const int parts = parts_for(n, num_threads);
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (row_base == nullptr) {
+    const int64_t chunks = (n + kChunk - 1) / kChunk;
+    parallel_parts(parts, [&](int part) {
+      uint64_t buf[kChunk / 2];
+      for (int64_t c = chunks * part / parts; c < chunks * (part + 1) / parts; ++c) {
+        const int64_t lo = c * kChunk;
+        run(offset + static_cast<uint64_t>(lo), lo, std::min(kChunk, n - lo), buf);
+      }
+    });
+    return;
+  }
   parallel_parts(parts, [&](int part) {
     uint64_t buf[kChunk / 2];
-    for (int64_t c = chunks * part / parts; c < chunks * (part + 1) / parts; ++c) {
-      const int64_t lo = c * kChunk, count = std::min(kChunk, n - lo);
-      const uint32_t* d = draws(key, offset + static_cast<uint64_t>(lo), count, buf);
-      if (relu) {
-        apply<true>(in + lo, out + lo, d, count, t, scale);
-      } else {
-        apply<false>(in + lo, out + lo, d, count, t, scale);
+    for (int64_t r = rows * part / parts; r < rows * (part + 1) / parts; ++r) {
+      for (int64_t c = 0; c < dim; c += kChunk) {
+        run(static_cast<uint64_t>(row_base[r] + c), r * dim + c, std::min(kChunk, dim - c), buf);
       }
     }
   });
@@ -82,8 +103,9 @@ void relu_dropout_backward(const T* grad, const T* out, T* grad_in, int64_t n, d
   });
 }
 
-template void dropout<float>(const float*, float*, int64_t, double, uint64_t, uint64_t, bool, int);
-template void dropout<bf16>(const bf16*, bf16*, int64_t, double, uint64_t, uint64_t, bool, int);
+template void dropout<float>(const float*, float*, int64_t, double, uint64_t, uint64_t, const int64_t*, int64_t, bool,
+                             int);
+template void dropout<bf16>(const bf16*, bf16*, int64_t, double, uint64_t, uint64_t, const int64_t*, int64_t, bool, int);
 template void relu_dropout_backward<float>(const float*, const float*, float*, int64_t, double, int);
 template void relu_dropout_backward<bf16>(const bf16*, const bf16*, bf16*, int64_t, double, int);
 

@@ -24,11 +24,15 @@ inline uint64_t dropout_pair(uint64_t key, uint64_t pair) {
   return z ^ (z >> 31);
 }
 
-/// @brief out[i] = in[i] / (1 - p) where the draw of element offset + i is >= p * 2^32 (rounded), else 0;
-/// p in [0, 1), offset even. With relu, inputs that are not positive give 0 too (ReLU then dropout in one
-/// pass). T: float or bf16 (scaled in float32, rounded once). in and out do not overlap.
+/// @brief out[i] = in[i] / (1 - p) where the draw of element i's position is >= p * 2^32 (rounded), else 0;
+/// p in [0, 1). Positions: offset + i (offset even), or, with row_base, row_base[r] + c for element c of row r
+/// (rows of dim elements, each base even): a row's mask then depends on its base alone, whatever rows come
+/// with it (a node's mask the same in any partition of its batch). With relu, inputs that are not positive
+/// give 0 too (ReLU then dropout in one pass). T: float or bf16 (scaled in float32, rounded once). in and out
+/// do not overlap.
 template <typename T>
-void dropout(const T* in, T* out, int64_t n, double p, uint64_t key, uint64_t offset, bool relu, int num_threads);
+void dropout(const T* in, T* out, int64_t n, double p, uint64_t key, uint64_t offset, const int64_t* row_base,
+             int64_t dim, bool relu, int num_threads);
 
 /// @brief ReLU-then-dropout's backward from its output: grad_in[i] = grad[i] / (1 - p) where out[i] > 0, else 0
 /// (an element passed both exactly where its output is positive).

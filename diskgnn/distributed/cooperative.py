@@ -79,6 +79,7 @@ class LayerExchange:
     recv_counts: list[int]
     gather: torch.Tensor  # int64: each local source's row in cat([held, received])
     block: TensorBlock  # the owned destinations over the local sources (owned destinations first)
+    dst_ids: np.ndarray  # global ids of the owned destinations: the layer's output rows
 
 
 @dataclass
@@ -93,7 +94,7 @@ class Share:
     def to(self, device, blocks: list[TensorBlock]) -> "Share":
         """The share on `device`, with its blocks already moved there."""
         layers = [LayerExchange(layer.send.to(device, non_blocking=True), layer.send_counts, layer.recv_counts,
-                                layer.gather.to(device, non_blocking=True), block)
+                                layer.gather.to(device, non_blocking=True), block, layer.dst_ids)
                   for layer, block in zip(self.layers, blocks)]
         return Share(layers, self.seed_ids, self.num_seeds, self.input_ids)
 
@@ -124,7 +125,7 @@ def exchange_plan(batch: Batch, owner: np.ndarray, rank: int, world: int) -> Sha
         layers.append(LayerExchange(
             send=torch.from_numpy(np.searchsorted(held, np.concatenate(sends))),
             send_counts=[int(s.size) for s in sends], recv_counts=[int(r.size) for r in recvs],
-            gather=torch.from_numpy(row_of[local]), block=block))
+            gather=torch.from_numpy(row_of[local]), block=block, dst_ids=batch.nodes[own_dst]))
     seeds = np.flatnonzero(owner[: batch.num_seeds] == rank)
     return Share(layers, batch.nodes[seeds], batch.num_seeds, batch.nodes[owner == rank])
 
@@ -147,17 +148,20 @@ class AllToAll(torch.autograd.Function):
         return out, None, None
 
 
-def forward(model, share: Share, x: torch.Tensor) -> tuple[torch.Tensor, int]:
+def forward(model, share: Share, x: torch.Tensor, salt: tuple | None = None) -> tuple[torch.Tensor, int]:
     """The logits of this rank's seeds, from the input rows it holds (`x`, rows of share.input_ids), and the
     bytes this rank sends for them: each layer's rows forward, and their gradients back above the input layer
-    (the input rows need none)."""
-    h = model.dropout(x) if model.kind == "gat" else x
+    (the input rows need none). `salt`: the global batch's, to key dropout's masks by node as one process would
+    (None: each rank's own stream)."""
+    keyed = salt is not None
+    h = model.input_dropout(x, (salt, share.input_ids) if keyed else None)
     sent = 0
     for i, layer in enumerate(share.layers):
         rows = h[layer.send].float()  # bf16 under autocast: sent as float32, which every backend reduces
         sent += rows.numel() * rows.element_size() * (1 if i == 0 else 2)
         received = AllToAll.apply(rows, layer.send_counts, layer.recv_counts).to(h.dtype)
-        h = model.layer(i, layer.block, torch.cat([h, received])[layer.gather])
+        h = model.layer(i, layer.block, torch.cat([h, received])[layer.gather],
+                        (salt, layer.dst_ids) if keyed else None)
     return h, sent
 
 

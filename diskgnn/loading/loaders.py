@@ -38,11 +38,12 @@ class MiniBatch:
     (the sampled batch: global ids). Under cooperative minibatching `share` is this rank's part of the
     global batch, and `input_nodes` the rows it reads."""
 
-    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready")
+    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready", "salt")
 
-    def __init__(self, batch, blocks, labels, share=None, label_source=None):
+    def __init__(self, batch, blocks, labels, share=None, label_source=None, salt=(0,)):
         self.batch, self.blocks, self.labels, self.share = batch, blocks, labels, share
         self.label_source = label_source  # every node's labels (to_pyg's y)
+        self.salt = salt  # the (global) batch's: its first seed, which keys its dropout masks with the epoch's
         self.pending = None
         self.x = None
         self.ready = None  # with CUDA: the event after the batch's copies, on the copy stream
@@ -85,6 +86,7 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) ->
     its blocks, its seeds' labels, and as `batch` the input rows it reads. The blocks run the HAGs stored with the
     batch (offline sampling), or those `hag` (a HagBuilder) finds now where they pay."""
     share = None if cooperative is None else cooperative(batch)
+    salt = (int(batch.nodes[0]),) if batch.num_seeds else (0,)
     seeds = batch.seeds if share is None else share.seed_ids
     y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
     stored = batch.hag_bytes if share is None else None
@@ -101,7 +103,7 @@ def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) ->
     if device != "cpu":
         blocks = [b.pin_memory() for b in blocks]
         y = y.pin_memory()
-    return MiniBatch(batch, blocks, y, share, labels)
+    return MiniBatch(batch, blocks, y, share, labels, salt)
 
 
 def _to_device(work: MiniBatch, store: FeatureStore) -> MiniBatch:

@@ -1,11 +1,17 @@
 """Dropout on the CPU by a native kernel: one pass forward, one backward, no mask kept.
 
 torch's CPU `bernoulli_` costs ~15 ns an element here, a third of a train step; a numpy mask took four
-passes (draw, compare, scale, cast). The native kernel (native/dropout.h) keeps element i where a
+passes (draw, compare, scale, cast). The native kernel (native/dropout.h) keeps an element where a
 counter-based hash of (key, position) clears p (one 64-bit hash per two elements), so backward
-recomputes the same mask from two integers, bf16 activations stay bf16, and a checkpoint keeps the
-stream as (key, counter). The ReLU before it runs
-in the same pass (`relu=True`), its backward from the output alone. Other devices use torch's.
+recomputes the same mask from integers, and bf16 activations stay bf16. The ReLU before it runs in the
+same pass (`relu=True`), its backward from the output alone. Other devices use torch's.
+
+Where the rows are a batch's nodes (`rows=(salt, node ids)`: the model's layers during training), an
+element's position is its node's id and its column, under a key mixed from the epoch's and the batch's
+(`salt`, its first seed) and the layer: a node's mask is the same whichever rows share its tensor, so
+cooperative minibatching (each rank computes the nodes it owns) and data parallelism draw exactly the
+masks one process draws for the same batch, and a resumed epoch draws them again from the epoch's key
+alone. Elsewhere the draws continue a stream (key, counter), which a checkpoint keeps.
 """
 
 from __future__ import annotations
@@ -24,32 +30,56 @@ def _flat(t: torch.Tensor):
     return native_view(t.reshape(-1))
 
 
-def native_dropout(h: torch.Tensor, p: float, key: int, offset: int, relu: bool = False) -> torch.Tensor:
-    """h with element i zeroed where the draw of (key, offset + i) falls below p (and, with relu, where
-    h <= 0), the rest scaled by 1/(1-p)."""
+_GOLDEN = 0x9E3779B97F4A7C15
+_MASK = (1 << 64) - 1
+
+
+def mix(key: int, *words: int) -> int:
+    """A 64-bit key from `key` and `words` (splitmix64's finaliser over each in turn)."""
+    for w in words:
+        z = (key + (w + 1) * _GOLDEN) & _MASK
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        key = z ^ (z >> 31)
+    return key
+
+
+def row_positions(ids, width: int) -> np.ndarray:
+    """Each row's first stream position for rows keyed by `ids`: id x the width rounded up to even (draws come in
+    pairs, so no pair spans two rows)."""
+    ids = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    return ids.astype(np.int64) * (width + width % 2)
+
+
+def native_dropout(h: torch.Tensor, p: float, key: int, offset: int, relu: bool = False,
+                   bases: np.ndarray | None = None) -> torch.Tensor:
+    """h with an element zeroed where the draw of (key, its position) falls below p (and, with relu, where h <= 0),
+    the rest scaled by 1/(1-p). Positions: offset + i in the flat tensor, or with `bases` (one per row of h) the
+    row's base + its column."""
     from .. import _native
 
     h = h.contiguous()
     out = torch.empty_like(h)
-    _native.dropout(_flat(h), _flat(out), p, key, offset, relu, defaults.aggregate_threads())
+    _native.dropout(_flat(h), _flat(out), p, key, offset, bases, h.shape[-1] if h.dim() else 1, relu,
+                    defaults.aggregate_threads())
     return out
 
 
 class _Dropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, p, key, offset):
-        ctx.args = (p, key, offset)
-        return native_dropout(h.detach(), p, key, offset)
+    def forward(ctx, h, p, key, offset, bases):
+        ctx.args = (p, key, offset, False, bases)
+        return native_dropout(h.detach(), *ctx.args)
 
     @staticmethod
     def backward(ctx, grad):
-        return native_dropout(grad, *ctx.args), None, None, None  # the same mask and scale: dropout is linear
+        return native_dropout(grad, *ctx.args), None, None, None, None  # the same mask and scale: it is linear
 
 
 class _ReluDropout(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, h, p, key, offset):
-        out = native_dropout(h.detach(), p, key, offset, relu=True)
+    def forward(ctx, h, p, key, offset, bases):
+        out = native_dropout(h.detach(), p, key, offset, relu=True, bases=bases)
         ctx.p = p
         ctx.save_for_backward(out)  # the next layer keeps it anyway, as its matrix product's input
         return out
@@ -62,7 +92,7 @@ class _ReluDropout(torch.autograd.Function):
         grad = grad.contiguous()
         grad_in = torch.empty_like(grad)
         _native.relu_dropout_backward(_flat(grad), _flat(out), _flat(grad_in), ctx.p, defaults.aggregate_threads())
-        return grad_in, None, None, None
+        return grad_in, None, None, None, None
 
 
 class Dropout(nn.Module):
@@ -90,11 +120,17 @@ class Dropout(nn.Module):
                                "an epoch's end (--resume with a checkpoint taken there) or start the run again")
         self.key, self.counter = int(state["key"]), int(state["counter"])
 
-    def forward(self, h: torch.Tensor, relu: bool = False) -> torch.Tensor:
-        """Dropout of h, or of ReLU(h) with relu."""
+    def forward(self, h: torch.Tensor, relu: bool = False, rows: tuple | None = None) -> torch.Tensor:
+        """Dropout of h, or of ReLU(h) with relu. `rows`: (salt, node ids of h's rows) to key each row's mask by
+        its node (the module's docstring); None: the stream's next draws."""
         if not self.training or self.p == 0 or h.device.type != "cpu" or h.dtype not in (torch.float32,
                                                                                           torch.bfloat16):
             h = F.relu(h) if relu else h
             return F.dropout(h, self.p, True) if self.training and self.p > 0 else h
-        offset, self.counter = self.counter, self.counter + h.numel() + h.numel() % 2  # draws come in pairs
-        return (_ReluDropout if relu else _Dropout).apply(h, self.p, self.key, offset)
+        if rows is not None:
+            salt, ids = rows
+            key, offset, bases = mix(self.key, *salt), 0, row_positions(ids, h.shape[-1])
+        else:
+            key, offset, bases = self.key, self.counter, None
+            self.counter += h.numel() + h.numel() % 2  # draws come in pairs
+        return (_ReluDropout if relu else _Dropout).apply(h, self.p, key, offset, bases)

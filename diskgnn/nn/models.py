@@ -164,17 +164,27 @@ class GNN(nn.Module):
     def dropout_state(self, state: dict) -> None:
         self.dropout.state = state
 
-    def layer(self, i: int, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
-        """Layer i alone (layer-wise inference runs the layers one at a time over all nodes)."""
+    def layer(self, i: int, block: TensorBlock, h: torch.Tensor, nodes: tuple | None = None) -> torch.Tensor:
+        """Layer i alone (layer-wise inference runs the layers one at a time over all nodes). `nodes`: (the
+        batch's salt, the node ids of the layer's output rows), to key dropout's masks by node (nn/dropout.py)."""
         h = self.layers[i](block, h)
         if i < len(self.layers) - 1:
-            h = self.dropout(h, relu=True)
+            h = self.dropout(h, relu=True, rows=None if nodes is None else ((*nodes[0], i), nodes[1]))
         return h
 
-    def forward(self, blocks: list[TensorBlock], x: torch.Tensor) -> torch.Tensor:
+    def input_dropout(self, x: torch.Tensor, nodes: tuple | None = None) -> torch.Tensor:
+        """GAT's dropout of the input rows (`nodes`: the batch's salt and the rows' node ids); the others' is none."""
+        if self.kind != "gat":
+            return x
+        return self.dropout(x, rows=None if nodes is None else ((*nodes[0], len(self.layers)), nodes[1]))
+
+    def forward(self, blocks: list[TensorBlock], x: torch.Tensor, nodes: tuple | None = None) -> torch.Tensor:
+        """Logits of the last block's destinations. `nodes`: (the batch's salt, a tuple of ints; the node ids of
+        x's rows): dropout masks keyed by node, the same however the batch is split (None: the stream's)."""
         if len(blocks) != len(self.layers):
             raise ValueError(f"{len(blocks)} blocks for a {len(self.layers)}-layer model")
-        h = self.dropout(x) if self.kind == "gat" else x
+        h = self.input_dropout(x, nodes)
         for i, block in enumerate(blocks):
-            h = self.layer(i, block, h)
+            # a block's destinations are the first rows of its sources: layer i's outputs are x's first rows
+            h = self.layer(i, block, h, None if nodes is None else (nodes[0], nodes[1][: block.num_dst]))
         return h

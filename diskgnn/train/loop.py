@@ -90,8 +90,6 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
     if "cuda_rng" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda_rng"])
     position = EpochState(**state["position"])
-    if not group.leader:
-        position.dropout_rng = None  # rank 0's stream; this rank's masks restart from its epoch seed
     if group.leader:
         print(f"plan: --resume: from {checkpoints.path('last')}: training goes on at epoch {position.epoch}, batch "
               f"{position.next_batch}")

@@ -64,13 +64,13 @@ class Run:
         loss (this rank's seeds' mean; cooperative: their part of the global batch's mean) and the bytes sent."""
         if mb.share is not None:
             with self.autocast():
-                logits, sent = cooperative.forward(model, mb.share, mb.x)
+                logits, sent = cooperative.forward(model, mb.share, mb.x, mb.salt)
             loss = cooperative.loss(logits.float(), mb.labels, mb.share)
             loss.backward()
             cooperative.sum_gradients(model)
             return loss * mb.share.num_seeds / max(1, mb.labels.numel()), sent
         with self.autocast():
-            logits = (self.ddp or model)(mb.blocks, mb.x)
+            logits = (self.ddp or model)(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
         loss = F.cross_entropy(logits.float(), mb.labels)
         loss.backward()  # DDP averages the ranks' gradients as it goes
         return loss, 0
@@ -83,10 +83,9 @@ class Run:
         cfg, interval = self.cfg, self.cfg.checkpoint_interval
         epoch = self.loader.epoch(state.epoch, state.next_batch)
         model.train()
-        # Dropout masks depend on (seed, epoch, rank) and the position in the epoch only, so a resumed run
-        # repeats them.
-        model.reseed(np.random.SeedSequence([cfg.seed, 17, state.epoch] + ([self.group.rank] if self.group.active
-                                                                            else [])))
+        # Dropout masks depend on (seed, epoch), the batch and the node only (nn/dropout.py), so a resumed run
+        # repeats them, and every rank draws the ones one process would for its rows.
+        model.reseed(np.random.SeedSequence([cfg.seed, 17, state.epoch]))
         if state.dropout_rng is not None:
             model.dropout_state = state.dropout_rng
         start = time.perf_counter() - state.elapsed_s

@@ -91,3 +91,43 @@ def test_native_dropout_refuses_bad_arguments():
         native_dropout(torch.ones(3, dtype=torch.float64), 0.5, 0, 0)
     with pytest.raises(ValueError, match="even"):
         native_dropout(torch.ones(3), 0.5, 0, 1)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (1, 1), (199, 33), (3, 4097)], ids=["empty", "one", "199x33", "3x4097"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("relu", [False, True])
+def test_masks_keyed_by_node_equal_the_oracle_and_do_not_depend_on_the_other_rows(shape, dtype, relu):
+    """With rows=(salt, node ids) element (r, c) draws position id_r * (width rounded up to even) + c under the
+    epoch's key mixed with the salt: the oracle, row by row; and a node's row is dropped alike whichever rows
+    share its tensor and in whatever order (a cooperative rank's share of a batch, or the whole batch)."""
+    from diskgnn.nn.dropout import mix
+
+    n, width = shape
+    ids = np.random.default_rng(0).permutation(10 * n + 7)[:n].astype(np.int64)
+    ids[-1:] = 10 * n + 6 if n else ids[-1:]  # the largest id present
+    h = torch.randn(shape).to(dtype)
+    d = Dropout(0.5)
+    d.reseed(5)
+    salt = (123, 1)
+    out = d(h, relu=relu, rows=(salt, ids))
+    key, stride = mix(d.key, *salt), width + width % 2
+    src = torch.relu(h) if relu else h
+    want = [oracle(src[r: r + 1], 0.5, key, int(ids[r]) * stride) for r in range(n)]
+    assert torch.equal(out, torch.cat(want) if want else torch.empty(shape, dtype=dtype))
+    assert d.counter == 0  # keyed masks do not advance the stream
+    if n > 1:
+        order = np.random.default_rng(1).permutation(n)
+        half = order[: n // 2]
+        part = d(h[torch.from_numpy(half)], relu=relu, rows=(salt, ids[half]))
+        assert torch.equal(part, out[torch.from_numpy(half)])
+
+
+def test_keyed_rows_refuse_a_row_count_that_does_not_match():
+    from diskgnn import _native
+
+    h = np.ones((4, 6), np.float32)
+    with pytest.raises(ValueError, match="one int64 per row"):
+        _native.dropout(h.reshape(-1), np.empty(24, np.float32), 0.5, 1, 0, np.arange(3, dtype=np.int64) * 6, 6,
+                        False, 1)
+    with pytest.raises(ValueError, match="row positions must be even"):
+        _native.dropout(h.reshape(-1), np.empty(24, np.float32), 0.5, 1, 0, np.array([0, 6, 13, 18]), 6, False, 1)
