@@ -52,8 +52,10 @@ class EpochSpec:
     `pack_memory`: the packer's share of the run's memory; `recent`: the recent-rows tier's window (none
     for replay); `shard`: (rank, world) of the train batches this rank keeps; `rows`: the view of a sample file
     whose input rows this rank places, packs and reads (default: all of them); `eval_batch_size`: the eval
-    sets' (default: `batch_size`); `hag`: a HagBuilder whose HAGs every sample file stores (loading/hag.py);
-    `read_ahead`: the topology read into the page cache before each sampling pass."""
+    sets' (default: `batch_size`), whose batches are those one process evaluates, every world-th one this
+    rank's (`eval_shard`: rank, world), so that their sums over the ranks are one process's evaluation; `hag`:
+    a HagBuilder whose HAGs every sample file stores (loading/hag.py); `read_ahead`: the topology read into the
+    page cache before each sampling pass."""
 
     fanouts: tuple[int, ...]
     batch_size: int
@@ -70,6 +72,7 @@ class EpochSpec:
     shard: tuple[int, int] = (0, 1)
     rows: Callable | None = None
     eval_batch_size: int | None = None
+    eval_shard: tuple[int, int] = (0, 1)
     hag: object = None
 
 
@@ -156,9 +159,11 @@ class OfflineEpochs:
 
     def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int,
                    max_batches: int | None = None) -> EpochFiles:
-        """Eval batches of a split, sampled and packed once for the whole run."""
+        """This rank's eval batches of a split (at most `max_batches` in all ranks), sampled and packed once for the
+        whole run."""
         samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
-                               max_batches=max_batches, batch_size=self.spec.eval_batch_size or self.spec.batch_size)
+                               max_batches=max_batches, batch_size=self.spec.eval_batch_size or self.spec.batch_size,
+                               shard=self.spec.eval_shard, every_batch=True)
         return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
 
     def _prepare(self, epoch: int) -> EpochFiles:

@@ -210,12 +210,13 @@ def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, thre
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
                  max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
-                 shard: tuple[int, int] = (0, 1), hag=None) -> SampleFile:
+                 shard: tuple[int, int] = (0, 1), every_batch: bool = False, hag=None) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
     `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
     each sampled as the whole epoch's would be. `max_batches` then keeps the
-    first batches only (runs that stop early need not sample, or pack, the rest). `hag` (a HagBuilder, see
+    first batches only (runs that stop early need not sample, or pack, the rest). With `every_batch` (an eval
+    set) no batch is dropped to even the ranks out, and `max_batches` counts the whole epoch's. `hag` (a HagBuilder, see
     loading/hag.py) searches each batch's HAGs as it is sampled, in `threads` threads, and stores them after its
     record. Writes to temporary names and renames, index last, so a reader never sees half a file.
     """
@@ -230,7 +231,10 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
     batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
     num_batches = len(batches)
-    index = shard_batches(num_batches, *shard)[:max_batches]
+    if every_batch:
+        index = np.arange(shard[0], min(num_batches, num_batches if max_batches is None else max_batches), shard[1])
+    else:
+        index = shard_batches(num_batches, *shard)[:max_batches]
     batches = [batches[k] for k in index]
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)

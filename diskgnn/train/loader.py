@@ -120,9 +120,9 @@ class Loader:
         if cfg.eval == "sampled":
             # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
             for split in ("val", "test"):
-                if self.eval_seeds(split).size:
+                if ds.split(split).size:  # this rank's share of the split's batches (OfflineEpochs.eval_files)
                     self.eval_files[split] = self.epochs.eval_files(
-                        split, self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
+                        split, ds.split(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
         self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.zero_copy)
         return plan
 

@@ -297,7 +297,8 @@ def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag
         threads=cfg.threads, max_batches=cfg.max_batches, read_ahead=plan.topology_read_ahead,
         sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
         rows=(lambda samples: OwnedRows(samples, group.rank, group.world, cfg.owner, plan.num_nodes)) if coop else None,
-        eval_batch_size=cfg.batch_size, hag=None if coop else hag)
+        eval_batch_size=cfg.batch_size * (group.world if coop else 1), eval_shard=(group.rank, group.world),
+        hag=None if coop else hag)
 
 
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:

@@ -134,6 +134,10 @@ def test_cooperative_training_equals_one_process_with_the_global_batch(train_dat
     d = summary["distributed"]
     assert d["world_size"] == 2 and d["exchange_bytes"] > 0 and d["seeds"] == 2 * 200  # 200 train seeds, 2 epochs
     assert summary["test_acc"] > 0.4  # chance is 0.25
+    # The ranks evaluate one process's eval batches, every other one each: the same accuracies, epoch by epoch.
+    alone = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert summary["val_acc_per_epoch"] == pytest.approx(alone["val_acc_per_epoch"], abs=1e-9)
+    assert summary["test_acc"] == pytest.approx(alone["test_acc"], abs=1e-9)
 
 
 def test_resume_restarts_the_group_from_rank_0s_checkpoint(train_data, tmp_path):
