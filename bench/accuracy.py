@@ -10,7 +10,7 @@
 
 The reference study (the default): for every dataset x model x seed it trains
 three times with the same hyper-parameters and the same initial weights:
-`bench.reference` (full batch, every neighbour, all in memory),
+`bench.harness.reference` (full batch, every neighbour, all in memory),
 `diskgnn.train --sampling offline` (the default: each epoch sampled and
 packed ahead, rows from the memory tier and the packs) and `diskgnn.train
 --sampling online` (sampled during training, rows read from the feature
@@ -66,8 +66,9 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.train.config import TrainConfig
 from diskgnn.train.loop import train, versions
 
-from .common import machine_info, marked_section, write_json, write_section
-from .reference import load, reference_train
+from .harness.common import machine_info
+from .harness.output import marked_section, write_json, write_section
+from .harness.reference import load, reference_train
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "datasets"
@@ -349,7 +350,7 @@ Differences are in points, between means; s.e. is the standard error of offline 
 Bounds: |offline − reference| ≤ {BOUNDS['offline_vs_reference']} and |offline − online| ≤ \
 {BOUNDS['offline_vs_online']}.
 
-- **reference**: `bench.reference.reference_train`: whole graph in memory, full batch, every neighbour in
+- **reference**: `bench.harness.reference.reference_train`: whole graph in memory, full batch, every neighbour in
   training and evaluation.
 - **offline**: `diskgnn.train --sampling offline` (the default): each epoch sampled (and its cold rows
   packed) ahead; host cache tier {hp["host_cache_fraction"]:.0%} of the feature bytes; evaluation on sampled

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from diskgnn.units import format_size
 
-from .common import write_section
+from .harness.output import write_section
+from .harness.plots import figure, legend, save
 from .epoch import CAPPED, GPU_CAPPED, GPU_UNCAPPED, UNCAPPED, diskgnn_backend
 from .scaling import percentages
 
@@ -274,31 +275,6 @@ def scaling_table(scaling: dict) -> str:
                              + "; a least-squares line through the per-scale medians instead: "
                              + percentages(f["least_squares"]["deviation"]) + ".")
     return "\n".join(lines)
-
-
-def figure(title: str, banner_text: str, **kw):
-    import matplotlib
-    matplotlib.use("Agg")  # files only: no display here, and none needed
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(**kw)
-    fig.suptitle(title, fontsize=11)
-    fig.text(0.01, 0.005, banner_text, fontsize=6, wrap=True, va="bottom")
-    return plt, fig, ax
-
-
-def legend(ax, **kw) -> None:
-    # A smoke run's plots can have nothing labelled (no fio, no successful run): no empty legend box then.
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, **kw)
-
-
-def save(plt, fig, path: Path) -> None:
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
 
 
 def plot_epoch(epoch: dict, text: str, path: Path) -> None:

@@ -47,7 +47,8 @@ def test_trainer_without_sampling_or_dropout_follows_the_reference(tmp_path, mod
     """All neighbours (fanouts -1,-1), no dropout, one batch: diskgnn.train and the reference take the same
     Adam steps from the same weights, so their val curves agree epoch by epoch (up to float summation order)."""
     shared = shared_dataset("planetoid_cora").parent
-    from bench import accuracy, reference
+    from bench import accuracy
+    from bench.harness import reference
     from diskgnn.train.config import TrainConfig
     from diskgnn.train.loop import train
 

@@ -59,7 +59,7 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     and the report (markdown section + four PNGs) is written, replacing only its own section."""
     from bench import report, suite
     from bench.epoch import CAPPED, UNCAPPED
-    from bench.memcap import CapUnavailable, run_capped
+    from bench.harness.memcap import CapUnavailable, run_capped
 
     try:
         run_capped(["true"], "256MiB")
@@ -138,7 +138,7 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
 
 
 def test_nvidia_smi_samples_are_parsed():
-    from bench.common import parse_nvidia_smi
+    from bench.harness.common import parse_nvidia_smi
 
     r = parse_nvidia_smi("35, 1200\n85, 1300\n[N/A], [N/A]\n")
     assert r == {"samples": 2, "mean_percent": 60.0, "max_percent": 85.0, "max_memory_mib": 1300.0}
