@@ -43,7 +43,7 @@ from diskgnn.nn.models import GNN
 from diskgnn.loading.graph_hag import GraphHag, graph_hag
 from diskgnn.offline.sample import Sampler, epoch_seeds, open_graph, sample_batch
 
-from .accuracy import SHARED, prepared
+from .accuracy.datasets import SHARED, prepared
 from .harness.common import REPO, machine_info
 from .harness.output import add_output_args, command_line, finish, report_markers
 from .harness.workload import dataset_or_w1

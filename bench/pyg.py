@@ -36,7 +36,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.accuracy import BATCH_SIZE, DATASETS, FANOUTS, HPARAMS, SHARED, dataset_spec, prepared
+from bench.accuracy.datasets import DATASETS, SHARED, dataset_spec, prepared
+from bench.accuracy.runs import BATCH_SIZE, FANOUTS, HPARAMS
 from bench.harness.common import REPO, drop_caches, machine_info
 from bench.harness.output import RESULTS, finish, write_json
 from diskgnn import defaults
