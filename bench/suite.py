@@ -33,7 +33,7 @@ from . import scaling as bench_scaling
 from .harness.common import REPO, cpu_seconds, disk_read_limits, machine_info, wait_for_idle
 from .harness.output import RESULTS, command_line, finish, write_json
 from .harness.workload import SMOKE_NODES, W1_NODES, synthetic_workload
-from .report import render
+from .report.markdown import render
 
 STEPS = ("limits", "epoch", "scaling")
 
