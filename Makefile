@@ -68,7 +68,7 @@ test: setup test-deps
 	@$(MAKE) --no-print-directory test-native
 	$(VPY) -m pytest -q tests
 
-# The fault tests mirror files through FUSE (bench/faultfs.py): libfuse2 for fusepy, installed when missing
+# The fault tests mirror files through FUSE (bench/harness/faultfs.py): libfuse2 for fusepy, installed when missing
 # (root + apt only); without it those tests skip and say why.
 test-deps:
 	@if ! ldconfig -p 2>/dev/null | grep -q 'libfuse.so.2'; then \

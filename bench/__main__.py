@@ -12,6 +12,12 @@ BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "
 ALL = BENCHMARKS[: BENCHMARKS.index("pyg")]
 
 
+def module(name: str):
+    """The module whose main(argv) runs benchmark `name`: bench.NAME, or a package's cli (bench.accuracy.cli)."""
+    found = importlib.import_module(f"bench.{name}")
+    return importlib.import_module(f"bench.{name}.cli") if hasattr(found, "__path__") else found
+
+
 def main(argv=None) -> None:
     argv = list(argv if argv is not None else sys.argv[1:])
     first_option = next((i for i, a in enumerate(argv) if a.startswith("-")), len(argv))
@@ -25,7 +31,7 @@ def main(argv=None) -> None:
         raise SystemExit(f"bench: options ({' '.join(options)}) go with one benchmark, not {len(names)}")
     for name in names:
         print(f"=== bench.{name}")
-        importlib.import_module(f"bench.{name}").main(options)
+        module(name).main(options)
 
 
 if __name__ == "__main__":

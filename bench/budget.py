@@ -24,10 +24,10 @@ from pathlib import Path
 from diskgnn.data.builtin import DEFAULT_SPLITS, DEFAULT_SYNTHETIC
 from diskgnn.units import format_size, parse_size
 
-from .common import drop_caches, machine_info, write_json
-from .memcap import CapUnavailable, run_capped
+from .harness.common import REPO, drop_caches, machine_info
+from .harness.memcap import CapUnavailable, run_capped
+from .harness.output import add_output_args, finish
 
-REPO = Path(__file__).resolve().parents[1]
 MODELS = ("sage", "gcn", "gat")
 SAMPLING = ("offline", "replay", "online")
 FEATURES = ("fp32", "sq8", "vq:w=16,L=256")
@@ -79,8 +79,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--nodes", type=int, default=DEFAULT_SYNTHETIC["nodes"])
     ap.add_argument("--smoke", action="store_true", help="one run on a tiny dataset")
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "budget-work"))
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "budget.json"))
+    add_output_args(ap, "budget")
     args = ap.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -105,8 +104,7 @@ def main(argv=None) -> dict:
     print(f"{len(runs)} runs: {killed} OOM-killed, {failed} failed")
     result = {"machine": info, "dataset": str(data), "headroom": HEADROOM, "runs": runs,
               "oom_killed": killed, "failed": failed}
-    write_json(args.out, result)
-    return result
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -13,9 +13,9 @@ see:
       run that was never stopped, bit for bit;
   eio-packs / eio-features: the workdir, or the dataset, served through a FUSE
       mirror whose reads past a random offset of the pack (or feature) file
-      fail with EIO mid-epoch (bench.faultfs): the run ends within a bound with
-      exit status 1 and one line naming the file and the offset, and the last
-      checkpoint still loads;
+      fail with EIO mid-epoch (bench.harness.faultfs): the run ends within a
+      bound with exit status 1 and one line naming the file and the offset,
+      and the last checkpoint still loads;
   full-offline / full-checkpoint: the workdir on a small tmpfs that another
       process fills from the moment the run starts (so that ENOSPC meets the
       offline phase: sample files, the packer's reservation, or the plan's
@@ -41,11 +41,11 @@ from pathlib import Path
 from diskgnn.data.files import is_temp
 from diskgnn.train.checkpoints import Checkpoints
 
-from .common import machine_info, write_json
-from .faultfs import available as fuse_available
-from .faultfs import mounted
+from .harness.common import REPO, machine_info
+from .harness.faultfs import available as fuse_available
+from .harness.faultfs import mounted
+from .harness.output import add_output_args, finish
 
-REPO = Path(__file__).resolve().parents[1]
 KINDS = ("kill-prepare", "kill-quantize", "kill-train", "eio-packs", "eio-features", "full-offline",
          "full-checkpoint")
 TRAIN = ["--fanouts", "5,3", "--batch-size", "64", "--hidden", "32", "--epochs", "2", "--no-progress",
@@ -260,8 +260,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--nodes", type=int, default=200_000, help="the trial dataset's nodes")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--smoke", action="store_true", help="one trial of each kind on a tiny dataset")
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "faults-work"))
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "faults.json"))
+    add_output_args(ap, "faults")
     args = ap.parse_args(argv)
     if args.smoke:
         args.trials, args.nodes = 1, 5_000
@@ -286,7 +285,7 @@ def main(argv=None) -> dict:
     for k, c in counts.items():
         print(f"{k}: {c['survived']} of {c['trials']} survived" + (f", {c['skipped']} skipped" if c["skipped"] else ""))
     result = {"machine": info, "nodes": args.nodes, "counts": counts, "trials": results}
-    write_json(args.out, result)
+    finish(result, args.out)
     shutil.rmtree(args.workdir, ignore_errors=True)
     return result
 

@@ -33,14 +33,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.common import (GpuUtilisation, drop_caches, machine_info, synthetic_workload, write_json,
-                          write_section)
+from bench.harness.common import REPO, GpuUtilisation, drop_caches, machine_info
+from bench.harness.output import add_output_args, command_line, finish, write_json
+from bench.harness.workload import synthetic_workload
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
 from diskgnn.offline.sample import sample_epoch
 from diskgnn.units import format_size, parse_size
 
-REPO = Path(__file__).resolve().parents[1]
 MARKERS = ("<!-- bench.gpu: begin -->", "<!-- bench.gpu: end -->")
 FANOUTS, BATCH = [10, 5], 1024
 
@@ -222,9 +222,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--device-caches", default="0,256MiB,all")
     ap.add_argument("--batches", type=int, default=50, help="batches of the per-batch gathers")
     ap.add_argument("--smoke", action="store_true", help="20,000 nodes, 3 batches, device caches 0, 1MiB and all")
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "gpu-work"))
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "gpu.json"))
-    ap.add_argument("--report", nargs="?", const=str(REPO / "docs" / "benchmarks.md"))
+    add_output_args(ap, "gpu", report=True)
     args = ap.parse_args(argv)
     from diskgnn.store.uva import why_not
 
@@ -247,14 +245,13 @@ def main(argv=None) -> dict:
     result = {"benchmark": "gpu", "machine": info, "gpu": gpu, "dataset": str(data), "cuda_context_bytes": context,
               "h2d_gb_per_s": h2d_bandwidth(), "disk_floor": disk_floor(data / "features.bin"),
               "gathers": gathers(data, batches), "epochs": {},
-              "command": ("python -m bench.gpu " + " ".join(argv if argv is not None else sys.argv[1:])).strip()}
+              "command": command_line("bench.gpu", argv)}
     write_json(args.out, result)
     for name, options in runs(args.budget, args.device_caches.split(",")).items():
         print(f"bench.gpu: {name}", flush=True)
         result["epochs"][name] = epoch(data, work, name, options, ds.num_nodes * ds.row_bytes)
-        write_json(args.out, result)
-        if args.report:  # after each run: a call cut short by its time limit keeps what ran
-            write_section(Path(args.report), table(result), MARKERS)
+        # after each run: a call cut short by its time limit keeps what ran
+        finish(result, args.out, report=args.report, markers=MARKERS, section=lambda _: table(result))
     print(table(result))
     return result
 

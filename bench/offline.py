@@ -23,27 +23,26 @@ from diskgnn.offline.placement import access_counts, place
 from diskgnn.offline.sample import sample_epoch
 from diskgnn.units import format_size
 
-from .common import disk_seq_write_bandwidth, drop_caches, machine_info, synthetic_workload, write_json
+from .harness.common import disk_seq_write_bandwidth, drop_caches, machine_info
+from .harness.output import add_output_args, finish
+from .harness.workload import add_data_arg, dataset_or_w1
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.offline", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", help="dataset directory (default: W1 under --workdir, prepared if missing)")
+    add_data_arg(ap)
     ap.add_argument("--fanouts", default="10,5")
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--cache-fractions", default="0.05,0.1,0.3")
     ap.add_argument("--pack-cache", type=float, default=0.1, help="cached fraction of feature bytes when packing")
     ap.add_argument("--max-blowup", type=float, help="cap on packed rows / num_nodes (segment sharing)")
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "offline-work"))
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "offline.json"))
+    add_output_args(ap, "offline")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    if args.data is None:
-        args.data = synthetic_workload(work, 20_000 if args.smoke else 8_000_000)
+    args.data = dataset_or_w1(args.data, work, args.smoke)
     ds = open_dataset(args.data)
     info = machine_info(work)
     print(f"machine: {info['summary']}")
@@ -94,7 +93,7 @@ def main(argv=None) -> dict:
           f"{packs.meta['blowup']:.2f} x) in {pack_s:.1f} s: read {format_size(feature_bytes)} + wrote "
           f"{format_size(written)} = {result['pack_MBps_moved']:.0f} MB/s; disk sequential write "
           f"{disk['MBps']:.0f} MB/s ({disk['tool']}): ratio {result['pack_over_disk_seq_write']:.2f}")
-    write_json(args.out, result)
+    finish(result, args.out)
     for p in work.glob("epoch-00000.*"):
         p.unlink()
     return result

@@ -22,9 +22,9 @@ from pathlib import Path
 
 from diskgnn.units import format_size, parse_size
 
-from .common import disk_seq_write_bandwidth, machine_info, write_json
+from .harness.common import REPO, disk_seq_write_bandwidth, machine_info
+from .harness.output import add_output_args, finish
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def run_prepare(args: list[str]) -> tuple[float, int, str]:
@@ -45,8 +45,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--avg-degree", type=float, default=10)
     ap.add_argument("--classes", type=int, default=16)
     ap.add_argument("--budget", default="1GiB", help="prepare's --memory-budget")
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "prepare-work"))
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "prepare.json"))
+    add_output_args(ap, "prepare")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, for the test suite")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -86,7 +85,7 @@ def main(argv=None) -> dict:
     print(f"peak RSS {format_size(peak_rss)} = {result['peak_rss_over_budget']:.2f} x the budget")
     print(f"prepare {wall:.1f} s, {result['write_MBps']:.0f} MB/s written; disk sequential write "
           f"{disk['MBps']:.0f} MB/s ({disk['tool']}): ratio {result['write_over_disk_seq_write'] or 0:.2f}")
-    write_json(args.out, result)
+    finish(result, args.out)
     if args.smoke:
         shutil.rmtree(out_dir, ignore_errors=True)
     return result

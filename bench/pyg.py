@@ -13,7 +13,7 @@ accuracy either way. It refuses to run where pyg-lib, torch-sparse or torch-scat
 (--allow-extras to override, recorded): the point is that torch_geometric alone suffices. The JSON is rewritten after every run;
 --resume keeps the runs it holds that were made with the same settings and runs only the seeds missing.
 
-speed: the example on W1 under a cgroup memory cap (bench.memcap; page cache dropped before each run),
+speed: the example on W1 under a cgroup memory cap (bench.harness.memcap; page cache dropped before each run),
 with NodeLoader and with DiskgnnLoader, beside PyG's own NeighborLoader over memory maps
 (bench.peers.pyg, memmap + MADV_RANDOM, where PyG's sampler is installed), the same fanouts, batch size
 and model; time per batch over the first --batches of an epoch, data loading included.
@@ -36,13 +36,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.accuracy import BATCH_SIZE, DATASETS, FANOUTS, HPARAMS, REPO, SHARED, dataset_spec, prepared
-from bench.common import drop_caches, machine_info, write_json, write_section
+from bench.accuracy.datasets import DATASETS, SHARED, dataset_spec, prepared
+from bench.accuracy.runs import BATCH_SIZE, FANOUTS, HPARAMS
+from bench.harness.common import REPO, drop_caches, machine_info
+from bench.harness.output import RESULTS, finish, write_json
 from diskgnn import defaults
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
 
-RESULTS = REPO / "bench" / "results"
 EXTRAS = ("pyg_lib", "torch_sparse", "torch_scatter")
 BOUND = 1.0  # points of test accuracy: |adapters - in memory|, mean over seeds
 ACC_MARKERS = ("<!-- bench.pyg accuracy: begin -->", "<!-- bench.pyg accuracy: end -->")
@@ -193,10 +194,7 @@ def accuracy(args) -> dict:
             print(json.dumps(run), flush=True)
             write_json(Path(args.out), {**settings, "runs": runs, "rows": []})  # a stopped study keeps its runs
     result = {**settings, "runs": runs, "rows": accuracy_rows(runs, names, args.seeds)}
-    write_json(Path(args.out), result)
-    if args.doc:
-        write_section(Path(args.doc), accuracy_markdown(result), ACC_MARKERS)
-    return result
+    return finish(result, args.out, report=args.doc, markers=ACC_MARKERS, section=lambda _: accuracy_markdown(result))
 
 
 def kept_runs(out: Path, settings: dict) -> list[dict]:
@@ -270,7 +268,7 @@ def reference(args) -> None:
 def _capped(argv: list[str], cap: str | None, json_out: Path, timeout: float) -> dict:
     """One run, cold page cache, under the cap: its last JSON (the example's --json file or the peer's last
     line) with the cgroup's peak and OOM count."""
-    from bench.memcap import run_capped
+    from bench.harness.memcap import run_capped
 
     dropped = drop_caches()
     if cap:
@@ -322,10 +320,7 @@ def speed(args) -> dict:
               "feature_bytes": feature_bytes, "cap": args.cap, "batches": args.batches, "fanouts": args.fanouts,
               "batch_size": args.batch_size, "hidden": args.hidden, "cache": args.cache, "runs": runs,
               "command": " ".join(["python -m bench.pyg speed", *sys.argv[2:]])}
-    write_json(Path(args.out), result)
-    if args.doc:
-        write_section(Path(args.doc), speed_markdown(result), SPEED_MARKERS)
-    return result
+    return finish(result, args.out, report=args.doc, markers=SPEED_MARKERS, section=lambda _: speed_markdown(result))
 
 
 def speed_markdown(r: dict) -> str:

@@ -37,8 +37,10 @@ from diskgnn.data.quantize.cli import quantize_dataset
 from diskgnn.data.quantize.spec import canonical_spec
 from diskgnn.units import format_size, parse_size
 
-from .common import cpu_seconds, machine_info, synthetic_workload, wait_for_idle, write_json
-from .epoch import REPO, add_training_args, apply_smoke, trainer
+from .harness.common import cpu_seconds, machine_info, wait_for_idle
+from .harness.output import add_output_args, finish
+from .harness.runs import trainer
+from .harness.workload import add_data_arg, add_training_args, apply_smoke, dataset_or_w1
 
 CACHES = {"auto": "auto", "none": "0"}  # run name -> --host-cache and, on a GPU, --device-cache
 QUIET_CPU_S = 5.0  # a run is quiet when other processes took less CPU than this meanwhile
@@ -56,7 +58,7 @@ def _ratio(a, b) -> float | None:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.quantized", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", help="dataset directory (default: W1 under --workdir, prepared if missing)")
+    add_data_arg(ap)
     ap.add_argument("--features", help="variants to compare, fp32 first (default: fp32,sq8,sq1,vq:w=16,L=2048)")
     add_training_args(ap)
     ap.add_argument("--repeat", type=int, default=1, help="runs of every variant, interleaved; medians reported")
@@ -64,8 +66,7 @@ def main(argv=None) -> dict:
                     help="before each run, wait up to this many seconds for the machine to be idle")
     ap.add_argument("--cap", default="2GiB", help="cgroup memory cap, page cache included")
     ap.add_argument("--no-cap", action="store_true", help="run uncapped (no cgroup here)")
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "quantized-work"))
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "quantized.json"))
+    add_output_args(ap, "quantized")
     args = ap.parse_args(argv)
     apply_smoke(args)
     variants = parse_features(args.features or ("fp32,sq8,sq1,vq:w=16,L=" + ("256" if args.smoke else "2048")))
@@ -73,7 +74,7 @@ def main(argv=None) -> dict:
         variants.insert(0, RAW_FEATURES)  # the baseline every ratio is taken against
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    data = Path(args.data) if args.data else synthetic_workload(work, 20_000 if args.smoke else 8_000_000)
+    data = dataset_or_w1(args.data, work, args.smoke)
     missing = [v for v in variants[1:] if v not in open_dataset(data).quantized_specs]
     quantize_s = {}
     for spec in missing:
@@ -138,8 +139,7 @@ def main(argv=None) -> dict:
               "feature_bytes": ds.num_nodes * ds.row_bytes, "batches": args.batches, "fanouts": args.fanouts,
               "batch_size": args.batch_size, "hidden": args.hidden, "cap": args.cap if cap else None,
               "repeat": args.repeat, "variants": variants, "quantize_s": quantize_s, "rows": rows, "runs": runs}
-    write_json(args.out, result)
-    return result
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

@@ -30,9 +30,9 @@ import diskgnn
 from diskgnn.io.reader import FileReader
 from diskgnn.units import format_size, parse_size
 
-from .common import drop_caches, fio, machine_info, wait_for_idle_disk, write_json
+from .harness.common import REPO, drop_caches, fio, machine_info, wait_for_idle_disk
+from .harness.output import RESULTS, finish
 
-REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("io_uring", "pread", "mmap")
 REQUEST_BYTES = 1 << 20  # the reader's default max_request_bytes
 TARGETS = {"gather_4k_vs_fio_randread": 0.9, "range_vs_fio_seq": 0.9, "gather_512_vs_mmap": 5.0}
@@ -245,7 +245,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.reader", description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default="2GiB", help="size of the file read (default 2GiB)")
     ap.add_argument("--file", help="data file (created or reused; default bench/results/reader-data-SIZE.bin)")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "reader.json"))
+    ap.add_argument("--out", default=str(RESULTS / "reader.json"))
     ap.add_argument("--queue-depth", type=int, default=64)
     ap.add_argument("--rows", default="16384,65536", help="rows per gather measurement, comma-separated")
     ap.add_argument("--row-bytes", default="4096,512")
@@ -259,7 +259,7 @@ def main(argv=None) -> dict:
     size = parse_size(args.size)
     if args.smoke:
         args.rows, args.repeat, args.allow_warm_cache = "2000", 1, True
-    path = Path(args.file or REPO / "bench" / "results" / f"reader-data-{size}.bin")
+    path = Path(args.file or RESULTS / f"reader-data-{size}.bin")
     rows_list = [int(x) for x in args.rows.split(",")]
     rng = np.random.default_rng(0)
 
@@ -318,8 +318,7 @@ def main(argv=None) -> dict:
         "ratios": ratios,
         "targets": TARGETS,
     }
-    write_json(args.out, result)
-    return result
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

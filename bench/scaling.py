@@ -47,8 +47,10 @@ import numpy as np
 from diskgnn.data.format import open_dataset
 from diskgnn.units import format_size, parse_size
 
-from .common import machine_info, synthetic_workload, write_json
-from .epoch import REPO, add_training_args, apply_smoke, describe, trainer
+from .harness.common import machine_info
+from .harness.output import RESULTS, finish
+from .harness.runs import describe, trainer
+from .harness.workload import add_training_args, apply_smoke, synthetic_workload
 
 LINEAR_TOLERANCE = 0.10
 
@@ -96,9 +98,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--cap", help="cgroup memory cap of every run, page cache included (default: none)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per scale, interleaved")
     add_training_args(ap, batches=None)
-    ap.add_argument("--workdir", default=str(REPO / "bench" / "results" / "workloads"),
+    ap.add_argument("--workdir", default=str(RESULTS / "workloads"),
                     help="where the W1-like datasets are prepared once and reused")
-    ap.add_argument("--out", default=str(REPO / "bench" / "results" / "scaling.json"))
+    ap.add_argument("--out", default=str(RESULTS / "scaling.json"))
     args = ap.parse_args(argv)
     apply_smoke(args)
     base = args.nodes or (20_000 if args.smoke else 8_000_000)
@@ -166,8 +168,7 @@ def main(argv=None) -> dict:
               "cap": args.cap, "host_cache_fraction": args.host_cache_fraction, "repeat": args.repeat, "fanouts": args.fanouts, "batch_size": args.batch_size,
               "hidden": args.hidden, "linear_tolerance": LINEAR_TOLERANCE, "points": points, "fits": fits,
               "backend": ok[0]["backend"] if ok else None}
-    write_json(args.out, result)
-    return result
+    return finish(result, args.out)
 
 
 if __name__ == "__main__":

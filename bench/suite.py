@@ -21,7 +21,6 @@ import argparse
 import datetime
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -30,14 +29,13 @@ import torch
 from diskgnn.train.loop import versions
 
 from . import epoch as bench_epoch
-from . import report
 from . import scaling as bench_scaling
-from .common import cpu_seconds, disk_read_limits, machine_info, synthetic_workload, wait_for_idle, write_json
-from .epoch import REPO
+from .harness.common import REPO, cpu_seconds, disk_read_limits, machine_info, wait_for_idle
+from .harness.output import RESULTS, command_line, finish, write_json
+from .harness.workload import SMOKE_NODES, W1_NODES, synthetic_workload
+from .report.markdown import render
 
 STEPS = ("limits", "epoch", "scaling")
-W1_NODES = 8_000_000
-SMOKE_NODES = 20_000
 
 
 def peer_versions() -> dict:
@@ -86,7 +84,7 @@ def main(argv=None) -> dict:
                     help=f"comma-separated steps to run, of {', '.join(STEPS)} (default all); the report's sections "
                          "of the others say they were not run")
     ap.add_argument("--systems", help="the epoch grid's rows to run (bench.epoch --systems; default all)")
-    ap.add_argument("--out-dir", default=str(REPO / "bench" / "results" / "suite"))
+    ap.add_argument("--out-dir", default=str(RESULTS / "suite"))
     ap.add_argument("--report", help="markdown file whose generated section is (re)written "
                     "(default: docs/benchmarks.md; with --smoke, in --out-dir)")
     ap.add_argument("--plots", help="directory of the PNG plots (default: docs/bench; with --smoke, --out-dir)")
@@ -104,7 +102,7 @@ def main(argv=None) -> dict:
     docs = out if args.smoke else REPO / "docs"
     plots = Path(args.plots or docs / "bench")
     markdown = Path(args.report or docs / "benchmarks.md")
-    workloads = out / "workloads" if args.smoke else REPO / "bench" / "results" / "workloads"
+    workloads = out / "workloads" if args.smoke else RESULTS / "workloads"
     nodes = SMOKE_NODES if args.smoke else W1_NODES
     smoke = ["--smoke"] if args.smoke else []
     start = time.perf_counter()
@@ -128,13 +126,13 @@ def main(argv=None) -> dict:
             ["--nodes", str(nodes), "--scales", args.scales, "--repeat",
              str(1 if args.smoke else args.scaling_repeat), "--workdir", str(workloads),
              "--out", str(out / "scaling.json"), *smoke]), args.idle_wait)
-    command = " ".join(["python -m bench.suite", *(argv if argv is not None else sys.argv[1:])])
     suite = {"benchmark": "suite", "machine": info, "versions": {**versions(), **peer_versions()},
-             "date": datetime.date.today().isoformat(), "cuda": torch.cuda.is_available(), "command": command, "smoke": args.smoke,
+             "date": datetime.date.today().isoformat(), "cuda": torch.cuda.is_available(),
+             "command": command_line("bench.suite", argv), "smoke": args.smoke,
              "wall_s": time.perf_counter() - start, "steps": steps,
              "files": {name: str(out / f"{name}.json") for name in steps if name != "prepare"}}
-    write_json(out / "suite.json", suite)
-    report.render(out / "suite.json", markdown, plots)
+    finish(suite, out / "suite.json")
+    render(out / "suite.json", markdown, plots)
     print(f"suite: {suite['wall_s'] / 60:.1f} min; report {markdown}, plots in {plots}")
     return json.loads((out / "suite.json").read_text())
 

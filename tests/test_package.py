@@ -1,5 +1,5 @@
 """The package's shape: no import cycles, the data side never imports the model side, short modules,
-every knob documented, and the commands users type still run."""
+every knob documented, and the commands users type still run; the benchmarks' shape likewise (bench/)."""
 
 import ast
 import re
@@ -18,6 +18,8 @@ PACKAGE = REPO / "diskgnn"
 DATA_SIDE = ("diskgnn.data", "diskgnn.offline", "diskgnn.io", "diskgnn.store", "diskgnn.loading")
 MODEL_SIDE = ("diskgnn.nn", "diskgnn.train")
 MAX_LINES = 400
+BENCH = REPO / "bench"
+BENCH_MAX_LINES = 450  # the studies' report renderers are long strings of prose
 
 
 def module_name(path: Path) -> str:
@@ -25,12 +27,12 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+def modules(root: Path = PACKAGE) -> dict[str, Path]:
+    return {module_name(p): p for p in root.rglob("*.py")}
 
 
 def imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """Every diskgnn module `name` imports, at any depth of its code (lazy imports count)."""
+    """Every module among `known` that `name` imports, at any depth of its code (lazy imports count)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -50,8 +52,8 @@ def imports(name: str, path: Path, known: set[str]) -> set[str]:
     return out
 
 
-def graph() -> dict[str, set[str]]:
-    mods = modules()
+def graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    mods = modules(root)
     known = set(mods) | {"diskgnn._native"}  # the extension: a module too, with no imports of ours
     g = {name: imports(name, path, known) for name, path in mods.items()}
     return {name: targets - {"diskgnn._native"} for name, targets in g.items()}
@@ -129,9 +131,32 @@ def test_no_module_is_long():
 
 
 def test_every_subpackage_says_what_it_does():
-    for init in PACKAGE.rglob("__init__.py"):
+    for init in [*PACKAGE.rglob("__init__.py"), *BENCH.rglob("__init__.py")]:
         doc = ast.get_docstring(ast.parse(init.read_text()))
         assert doc and len(doc) > 80, f"{init} has no docstring of its job"
+
+
+def test_the_walker_sees_the_benchmarks_lazy_imports():
+    g = graph(BENCH)
+    assert "bench.peers.pyg" in g["bench.epoch"]  # imported inside the function that runs the peer
+    assert "bench.harness.memcap" in g["bench.peers.common"]
+    assert "bench.accuracy.cli" in g["bench.accuracy.__main__"]
+
+
+def test_no_import_cycles_in_the_benchmarks():
+    assert cycles(graph(BENCH)) == []
+
+
+def test_the_harness_imports_no_study():
+    g = graph(BENCH)
+    for name, targets in g.items():
+        if name.startswith("bench.harness."):
+            assert {t for t in targets if not t.startswith("bench.harness.")} == set(), name
+
+
+def test_no_benchmark_module_is_long():
+    long = {name: n for name, path in modules(BENCH).items() if (n := path.read_text().count("\n")) > BENCH_MAX_LINES}
+    assert long == {}
 
 
 def test_every_knob_is_on_the_defaults_page():

@@ -122,7 +122,7 @@ def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit
     `epoch_unit_s` seconds. A run that exits 0 without such a line is still "ok"
     (the peer trained) but says why it has no times.
     """
-    from bench.memcap import CapUnavailable, run_capped
+    from bench.harness.memcap import CapUnavailable, run_capped
 
     try:
         r = run_capped(argv, cap, cwd=cwd, env=env, timeout=timeout)

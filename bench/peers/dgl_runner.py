@@ -34,7 +34,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 
 
 def disk_read_bytes() -> int:
-    """Bytes this process made the kernel read from storage (bench.naive's measure, restated: this venv
+    """Bytes this process made the kernel read from storage (bench.harness.common's, restated: this venv
     cannot import bench)."""
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))

@@ -12,7 +12,7 @@ features into RAM before the loop (the speed users get when the graph fits);
 `--mode memmap` wraps memory maps of the dataset's files without copying them
 (the out-of-core use of PyG), with `--madvise random` putting MADV_RANDOM on
 every map. Only the training loop is timed, its first batch included. The
-progress protocol is bench.naive's: one flushed JSON line per finished batch
+progress protocol is bench.harness.naive's: one flushed JSON line per finished batch
 in --progress, the result as the last JSON line printed. docs/peers.md says
 what was checked.
 """
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from bench.epoch import add_loop_args
-from bench.naive import disk_read_bytes
+from bench.harness.common import disk_read_bytes
+from bench.harness.workload import add_loop_args
 from diskgnn import defaults
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError

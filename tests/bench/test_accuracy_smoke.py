@@ -10,14 +10,15 @@ from conftest import shared_dataset
 
 def test_accuracy_bench_smoke(tmp_path):
     shared_dataset("planetoid_cora")
-    from bench import accuracy
+    from bench.accuracy.cli import main
+    from bench.accuracy.quantized import QUANT_MARKERS
 
     out, md = tmp_path / "accuracy.json", tmp_path / "accuracy.md"
-    begin, end = accuracy.QUANT_MARKERS
+    begin, end = QUANT_MARKERS
     md.write_text(f"# An older reference table\n\n{begin}\nthe quantized study's tables\n{end}\n")
     # A quarter of the features in the host tier, so that offline batches also read their packs.
-    accuracy.main(["--smoke", "--host-cache-fraction", "0.25", "--workdir", str(tmp_path / "work"),
-                   "--out", str(out), "--markdown", str(md)])
+    main(["--smoke", "--host-cache-fraction", "0.25", "--workdir", str(tmp_path / "work"),
+          "--out", str(out), "--markdown", str(md)])
     saved = json.loads(out.read_text())
     for key in ("machine", "versions", "command", "hyperparameters", "datasets", "runs", "aggregate", "wall_s"):
         assert key in saved
@@ -47,14 +48,16 @@ def test_trainer_without_sampling_or_dropout_follows_the_reference(tmp_path, mod
     """All neighbours (fanouts -1,-1), no dropout, one batch: diskgnn.train and the reference take the same
     Adam steps from the same weights, so their val curves agree epoch by epoch (up to float summation order)."""
     shared = shared_dataset("planetoid_cora").parent
-    from bench import accuracy, reference
+    from bench.accuracy.datasets import prepared
+    from bench.accuracy.runs import BATCH_SIZE, HPARAMS
+    from bench.harness.reference import reference_train
     from diskgnn.train.config import TrainConfig
     from diskgnn.train.loop import train
 
-    data = accuracy.prepared("cora", shared, tmp_path / "data")
-    hp = {**accuracy.HPARAMS, "dropout": 0.0}
-    ref = reference.reference_train(data, model, epochs=8, seed=3, **hp)
-    cfg = TrainConfig(data=str(data), model=model, fanouts="-1,-1", batch_size=accuracy.BATCH_SIZE, epochs=8,
+    data = prepared("cora", shared, tmp_path / "data")
+    hp = {**HPARAMS, "dropout": 0.0}
+    ref = reference_train(data, model, epochs=8, seed=3, **hp)
+    cfg = TrainConfig(data=str(data), model=model, fanouts="-1,-1", batch_size=BATCH_SIZE, epochs=8,
                       seed=3, workdir=str(tmp_path / "run"), progress=False, **hp)
     summary = train(cfg)
     tolerance = 2 / 500  # two of Cora's 500 val nodes
@@ -65,12 +68,14 @@ def test_trainer_without_sampling_or_dropout_follows_the_reference(tmp_path, mod
 
 def test_quantized_accuracy_bench_smoke(tmp_path):
     shared_dataset("planetoid_cora")
-    from bench import accuracy
+    from bench.accuracy.cli import main
+    from bench.accuracy.datasets import SHARED, prepared
+    from bench.accuracy.quantized import QUANT_MARKERS, with_variants
 
     out, md = tmp_path / "accuracy-quantized.json", tmp_path / "accuracy.md"
     md.write_text("# Accuracy\n\nThe reference study's part.\n")
-    accuracy.main(["--study", "quantized", "--smoke", "--host-cache-fraction", "0.25",
-                   "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown", str(md)])
+    main(["--study", "quantized", "--smoke", "--host-cache-fraction", "0.25",
+          "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown", str(md)])
     saved = json.loads(out.read_text())
     assert saved["features"] == ["fp32", "sq16", "sq1"]
     assert {(r["features"], r["seed"]) for r in saved["runs"]} == {(f, 0) for f in ("fp32", "sq16", "sq1")}
@@ -98,27 +103,29 @@ def test_quantized_accuracy_bench_smoke(tmp_path):
     assert saved["bounds"]["best_30x"]["features"] == "sq1"
     text = md.read_text()
     assert text.startswith("# Accuracy\n\nThe reference study's part.\n")
-    assert text.count(accuracy.QUANT_MARKERS[0]) == 1 and "| cora | sq1 | 180 | 31.84× |" in text
+    assert text.count(QUANT_MARKERS[0]) == 1 and "| cora | sq1 | 180 | 31.84× |" in text
     assert saved["command"] in text
     # Rendered again from the saved runs: the same tables, and a line saying so.
-    accuracy.main(["--study", "quantized", "--render-only", "--out", str(out), "--markdown", str(md)])
+    main(["--study", "quantized", "--render-only", "--out", str(out), "--markdown", str(md)])
     again = md.read_text()
-    assert again.count(accuracy.QUANT_MARKERS[0]) == 1 and "rendered from its saved runs" in again
+    assert again.count(QUANT_MARKERS[0]) == 1 and "rendered from its saved runs" in again
     assert [line for line in again.splitlines() if line.startswith("| cora |")] == \
         [line for line in text.splitlines() if line.startswith("| cora |")]
     # The variants are stored once: a second study reuses them.
-    again = accuracy.with_variants(accuracy.prepared("cora", accuracy.SHARED, tmp_path / "work" / "data"),
-                                   ["fp32", "sq16"])
+    again = with_variants(prepared("cora", SHARED, tmp_path / "work" / "data"), ["fp32", "sq16"])
     assert again["sq16"]["quantize_s"] is None and again["sq16"]["row_bytes"] == 2866
 
 
 def test_quantized_bounds_and_sections(tmp_path):
-    from bench import accuracy
+    from bench.accuracy.datasets import DATASETS
+    from bench.accuracy.quantized import QUANT_MARKERS, quantized_bounds
+    from bench.accuracy.quantized_report import bounds_table
+    from bench.harness.output import marked_section, write_section
 
     def row(dataset, features, delta, ratio):
         return {"dataset": dataset, "features": features, "delta": delta, "ratio": ratio, "delta_se": 0.2}
 
-    real = list(accuracy.DATASETS)
+    real = list(DATASETS)
     rows = [row(d, "fp32", None, 1.0) for d in real]
     rows += [row(d, "sq8", -0.2, 4.0) for d in real]  # loses 0.2: passes
     rows += [row(d, "lin8", delta, 4.0) for d, delta in zip(real, (-1.0, 0.0, 0.0, -0.4))]  # loses 0.35: fails
@@ -127,35 +134,35 @@ def test_quantized_bounds_and_sections(tmp_path):
     rows += [row(d, "vq:w=16,L=2048", -0.5, 31.8) for d in real]
     rows += [row(d, "vq:w=12,L=1024", 0.0, 23.3) for d in real]  # under 30x: not a candidate
     rows += [row("synthetic", "sq8", -5.0, 4.0)]  # not a real dataset: not averaged
-    b = accuracy.quantized_bounds(rows)
+    b = quantized_bounds(rows)
     assert b["datasets"] == real
     assert [(c["features"], c["pass"]) for c in b["eight_bit"]] == [("sq8", True), ("lin8", False), ("sq8:p=0", True)]
     assert b["eight_bit"][1]["loss"] == pytest.approx(0.35)
     assert [c["features"] for c in b["over_30x"]] == ["sq1", "vq:w=16,L=2048"]
     assert (b["best_30x"]["features"], b["best_30x"]["loss"], b["best_30x"]["pass"]) == ("vq:w=16,L=2048", 0.5, True)
-    table = accuracy.bounds_table(b)
+    table = bounds_table(b)
     assert b["eight_bit"][1]["se"] == pytest.approx(0.1)  # four independent s.e. of 0.2, averaged
     assert "| lin8 | +0.35 (0.10) | FAIL |" in table and "over the bound" in table  # sq1's row is shown, not hidden
 
     md = tmp_path / "accuracy.md"
     md.write_text("# Accuracy\n\nreference tables\n")
-    accuracy.write_section(md, "first", accuracy.QUANT_MARKERS)
-    accuracy.write_section(md, "second", accuracy.QUANT_MARKERS)
-    begin, end = accuracy.QUANT_MARKERS
+    write_section(md, "first", QUANT_MARKERS)
+    write_section(md, "second", QUANT_MARKERS)
+    begin, end = QUANT_MARKERS
     assert md.read_text() == f"# Accuracy\n\nreference tables\n\n{begin}\nsecond\n{end}\n"
-    assert accuracy.marked_section(md.read_text(), accuracy.QUANT_MARKERS) == f"{begin}\nsecond\n{end}"
+    assert marked_section(md.read_text(), QUANT_MARKERS) == f"{begin}\nsecond\n{end}"
 
 
 def test_sampler_accuracy_bench_smoke(tmp_path):
     """The sampler study on Cora: neighbour sampling and LABOR with layer dependency and κ=4, paired by seed,
     and its own section of the markdown (the rest of the file kept)."""
     shared_dataset("planetoid_cora")
-    from bench import accuracy
+    from bench.accuracy.cli import main
 
     out, md = tmp_path / "accuracy-sampler.json", tmp_path / "accuracy.md"
     md.write_text("# Accuracy\n\nThe reference study's part.\n")
-    result = accuracy.main(["--study", "sampler", "--smoke", "--host-cache-fraction", "0.25",
-                            "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown", str(md)])
+    result = main(["--study", "sampler", "--smoke", "--host-cache-fraction", "0.25",
+                   "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown", str(md)])
     saved = json.loads(out.read_text())
     assert [r["setting"] for r in saved["runs"]] == ["neighbor", "labor + layer dep., κ=4"]
     assert all(0 <= r["test_acc"] <= 1 for r in saved["runs"])
@@ -166,22 +173,23 @@ def test_sampler_accuracy_bench_smoke(tmp_path):
     text = md.read_text()
     assert text.startswith("# Accuracy\n\nThe reference study's part.") and "Largest loss of any setting" in text
     with pytest.raises(SystemExit, match="unknown"):
-        accuracy.main(["--study", "sampler", "--smoke", "--settings", "labor;poisson", "--out", str(out)])
+        main(["--study", "sampler", "--smoke", "--settings", "labor;poisson", "--out", str(out)])
 
 
 def test_precision_accuracy_bench_smoke(tmp_path):
     """The precision study on Cora: fp32 and bf16 paired by seed, in its own section of the markdown."""
     shared_dataset("planetoid_cora")
-    from bench import accuracy
+    from bench.accuracy.cli import main
+    from bench.accuracy.settings import PRECISION_MARKERS
 
     md = tmp_path / "accuracy.md"
     md.write_text("# Accuracy\n")
     out = tmp_path / "p.json"
-    accuracy.main(["--study", "precision", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
-                   "--markdown", str(md)])
+    main(["--study", "precision", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
+          "--markdown", str(md)])
     saved = json.loads(out.read_text())
     assert [r["setting"] for r in saved["runs"]] == ["fp32", "bf16"] and saved["baseline"] == "fp32"
     rows = {r["setting"]: r for r in saved["aggregate"]}
     assert rows["fp32"]["delta"] == 0.0 and abs(rows["bf16"]["delta"]) < 10
     text = md.read_text()
-    assert accuracy.PRECISION_MARKERS[0] in text and "| bf16 |" in text and "Largest loss of bf16" in text
+    assert PRECISION_MARKERS[0] in text and "| bf16 |" in text and "Largest loss of bf16" in text

@@ -57,9 +57,11 @@ def test_dependent_bench_smoke(tmp_path):
 def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     """`make bench` at tiny size: every system of the epoch grid ran or says why, scaling covers every scale,
     and the report (markdown section + four PNGs) is written, replacing only its own section."""
-    from bench import report, suite
+    from bench import suite
     from bench.epoch import CAPPED, UNCAPPED
-    from bench.memcap import CapUnavailable, run_capped
+    from bench.harness.memcap import CapUnavailable, run_capped
+    from bench.report.markdown import BEGIN, END, render
+    from bench.report.tables import LABELS
 
     try:
         run_capped(["true"], "256MiB")
@@ -99,46 +101,46 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
 
     md = out / "benchmarks.md"
     text = md.read_text()
-    assert text.count(report.BEGIN) == 1 and text.count(report.END) == 1
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
     for name in runs:
-        assert report.LABELS[name] in text
+        assert LABELS[name] in text
     assert "| system | cap | epoch | epochs done | test acc" in text
     for png in ("epoch", "peers", "scaling", "disk", "stages"):
         assert (out / "bench" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Re-rendering into a file with hand-written notes replaces the section only.
     md.write_text("# notes before\n\n" + text + "\n## notes after\n")
-    report.render(out / "suite.json", md, out / "bench")
+    render(out / "suite.json", md, out / "bench")
     again = md.read_text()
     assert again.startswith("# notes before") and again.rstrip().endswith("## notes after")
-    assert again.count(report.BEGIN) == 1
+    assert again.count(BEGIN) == 1
     # On a CUDA machine the grid adds diskgnn's GPU rows; the report shows them with the utilisation.
     gpu = {"mean_percent": 42.0, "max_percent": 97.0, "samples": 5, "max_memory_mib": 900.0}
     epoch["cuda"] = True
     epoch["uncapped"]["diskgnn_cuda_all_cached"] = {**epoch["uncapped"]["diskgnn_all_cached"], "gpu_utilisation": gpu}
     epoch["caps"]["1GiB"]["runs"]["diskgnn_cuda"] = {**epoch["caps"]["1GiB"]["runs"]["diskgnn"], "gpu_utilisation": gpu}
     (out / "epoch.json").write_text(json.dumps(epoch))
-    report.render(out / "suite.json", md, out / "bench")
+    render(out / "suite.json", md, out / "bench")
     with_gpu = md.read_text()
-    assert report.LABELS["diskgnn_cuda"] in with_gpu and "GPU busy 42 % (peak 97)" in with_gpu
+    assert LABELS["diskgnn_cuda"] in with_gpu and "GPU busy 42 % (peak 97)" in with_gpu
     # A partial suite (--steps limits,epoch or epoch alone) has no file for the rest; the report says so.
     s = json.loads((out / "suite.json").read_text())
     s["files"] = {"epoch": s["files"]["epoch"]}
     (out / "suite.json").write_text(json.dumps(s))
-    report.render(out / "suite.json", md, out / "bench")
+    render(out / "suite.json", md, out / "bench")
     partial = md.read_text()
     assert "### Scaling\n\nNot run in this session" in partial and "| fio | not run: not run in this session" in partial
     # Every capped diskgnn run failed (no bar has a ratio): the plots still render, on linear axes.
     for cap in epoch["caps"].values():
         cap["runs"]["diskgnn"] = {"error": "diskgnn-1GiB: exit 1: broken"}
     (out / "epoch.json").write_text(json.dumps(epoch))
-    report.render(out / "suite.json", md, out / "bench")
+    render(out / "suite.json", md, out / "bench")
     assert "broken" in md.read_text()
     with pytest.raises(SystemExit, match="epoch among them"):
         suite.main(["--smoke", "--out-dir", str(out), "--steps", "limits,scaling"])
 
 
 def test_nvidia_smi_samples_are_parsed():
-    from bench.common import parse_nvidia_smi
+    from bench.harness.common import parse_nvidia_smi
 
     r = parse_nvidia_smi("35, 1200\n85, 1300\n[N/A], [N/A]\n")
     assert r == {"samples": 2, "mean_percent": 60.0, "max_percent": 85.0, "max_memory_mib": 1300.0}

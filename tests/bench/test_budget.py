@@ -4,7 +4,7 @@ job's) trains without being OOM-killed; bench.budget runs the whole grid of mode
 import pytest
 
 from bench.budget import capped_run, main
-from bench.memcap import CapUnavailable
+from bench.harness.memcap import CapUnavailable
 from diskgnn.data.builtin import default_dataset
 
 

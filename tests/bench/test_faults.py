@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from bench.faultfs import available
+from bench.harness.faultfs import available
 from bench.faults import Trials
 
 

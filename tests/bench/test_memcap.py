@@ -1,4 +1,4 @@
-"""bench.memcap: a real cgroup cap holds the child, the OOM killer fires past it, and no group is left behind."""
+"""bench.harness.memcap: a real cgroup cap holds the child, the OOM killer fires past it, and no group is left behind."""
 
 import json
 import os
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.memcap import CapUnavailable, run_capped
+from bench.harness.memcap import CapUnavailable, run_capped
 
 from conftest import run_module
 
@@ -81,9 +81,9 @@ def test_group_removed_after_timeout_leftovers_and_errors():
 
 
 def test_cli_prints_json_and_exits_with_childs_code():
-    proc = run_module("bench.memcap", "--cap", "256MiB", "--", sys.executable, "-c",
+    proc = run_module("bench.harness.memcap", "--cap", "256MiB", "--", sys.executable, "-c",
                       "print('hello'); raise SystemExit(3)")
-    if proc.returncode == 1 and "bench.memcap: error:" in proc.stderr:  # CapUnavailable
+    if proc.returncode == 1 and "bench.harness.memcap: error:" in proc.stderr:  # CapUnavailable
         pytest.skip(proc.stderr.strip())
     lines = proc.stdout.splitlines()
     assert proc.returncode == 3 and lines[0] == "hello", proc.stderr

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from bench import epoch as bench_epoch
+from bench.harness.runs import loop
 from bench.peers import dgl
 from diskgnn.data.format import open_dataset
 from diskgnn.data.prepare import prepare
@@ -90,6 +91,6 @@ def test_runner_trains_on_the_export(dataset, tmp_path, mode):
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["mode"] == mode and 0 <= result["test_acc"] <= 1 and lines[-1]["test_acc"] == result["test_acc"]
     # and bench.epoch's reading of the same protocol
-    row = bench_epoch.loop("dgl", argv, progress, path, SimpleArgs(), None, epochs=2, cold=False, timeout=120)
+    row = loop("dgl", argv, progress, path, SimpleArgs(), None, epochs=2, cold=False, timeout=120)
     assert row["batches_done"] == 2 * per_epoch and not row["extrapolated"] and row["epochs_done"] == 2
     assert len(row["train_s_per_epoch"]) == 2 and 0 <= row["test_acc"] <= 1

@@ -186,7 +186,7 @@ def test_sq8_trains_exactly_like_its_dequantized_floats(train_data, tmp_path, kw
 
 def test_quantized_bench_smoke(tmp_path):
     from bench import quantized as bench_quantized
-    from bench.memcap import CapUnavailable, run_capped
+    from bench.harness.memcap import CapUnavailable, run_capped
 
     try:
         run_capped(["true"], "256MiB")

@@ -1,4 +1,4 @@
-"""Shared benchmark helpers: the machine banner, page-cache dropping, device limits, JSON out."""
+"""The machine under a benchmark: its banner, page-cache dropping, the disk's limits, CPU and GPU busy time."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _block_device(path: Path) -> str | None:
@@ -89,29 +91,6 @@ def disk_seq_write_bandwidth(directory: Path, size_bytes: int, block: str = "1M"
         path.unlink(missing_ok=True)
 
 
-W1 = dict(feat_dim=128, avg_degree=10, classes=16, seed=0)  # the W1 workload, at 8M nodes
-
-
-def synthetic_workload(directory: Path, nodes: int) -> Path:
-    """W1's recipe at `nodes` nodes under `directory`, prepared once and reused."""
-    from diskgnn.data.prepare import prepare
-
-    path = Path(directory) / f"synthetic-{nodes}"
-    if not (path / "manifest.json").exists():
-        prepare("synthetic", path, undirected=True, memory_budget="1GiB", synthetic=dict(nodes=nodes, **W1))
-    return path
-
-
-def write_json(path, result: dict) -> None:
-    """Writes the result atomically (temporary file, then rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
-    print(f"wrote {path}")
-
-
 def wait_for_idle_disk(device: str | None, timeout_s: float = 10.0) -> None:
     """Waits until the disk has no requests in flight (/sys/block/DEV/inflight).
 
@@ -129,6 +108,12 @@ def wait_for_idle_disk(device: str | None, timeout_s: float = 10.0) -> None:
         except (OSError, ValueError):
             return
         time.sleep(0.01)
+
+
+def disk_read_bytes() -> int:
+    """Bytes this process made the kernel read from storage (page faults and readahead included)."""
+    with open("/proc/self/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
 
 
 def cpu_seconds() -> tuple[float, float]:
@@ -204,24 +189,3 @@ class GpuUtilisation:
             out, _ = self.proc.communicate()
             self.result = parse_nvidia_smi(out)
         return False
-
-
-def marked_section(text: str, markers: tuple[str, str]) -> str:
-    """The part of `text` from markers[0] to markers[1], both included ("" when absent)."""
-    begin, end = markers
-    if begin not in text or end not in text.split(begin, 1)[1]:
-        return ""
-    return begin + text.split(begin, 1)[1].split(end, 1)[0] + end
-
-
-def write_section(path: Path, body: str, markers: tuple[str, str]) -> None:
-    """Replaces the marked part of `path` with `body` between the markers, or appends it; the rest of the
-    file stays as it is."""
-    old = path.read_text() if path.exists() else ""
-    block = f"{markers[0]}\n{body.strip()}\n{markers[1]}"
-    current = marked_section(old, markers)
-    new = old.replace(current, block, 1) if current else old.rstrip("\n") + ("\n\n" if old.strip() else "") + block
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(new.rstrip("\n") + "\n")
-    os.replace(tmp, path)

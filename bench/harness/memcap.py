@@ -6,7 +6,7 @@ page cache. A memory cgroup charges the child's anonymous memory and the page
 cache it creates (reclaimed under pressure, which is the point), kills it when
 it cannot stay under the cap, and counts its peak usage and OOM kills.
 
-    python -m bench.memcap --cap 2GiB --drop-caches -- python -m bench.offline ...
+    python -m bench.harness.memcap --cap 2GiB --drop-caches -- python -m bench.offline ...
 
 The child's output passes through; the last line printed is the result as
 JSON, and the exit status is the child's (128 + signal when it was killed).
@@ -239,7 +239,8 @@ def run_capped(argv: list[str], cap_bytes, *, env=None, cwd=None, timeout: float
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m bench.memcap", usage="%(prog)s --cap SIZE [options] -- COMMAND ...",
+    ap = argparse.ArgumentParser(prog="python -m bench.harness.memcap",
+                                 usage="%(prog)s --cap SIZE [options] -- COMMAND ...",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--cap", required=True, help="memory cap, e.g. 2GiB (page cache included)")
     ap.add_argument("--timeout", type=float, help="seconds before the whole group is killed")
@@ -260,4 +261,4 @@ if __name__ == "__main__":
     try:
         sys.exit(main())
     except DiskgnnError as e:
-        sys.exit(f"python -m bench.memcap: error: {e}")
+        sys.exit(f"python -m bench.harness.memcap: error: {e}")

@@ -1,6 +1,6 @@
 """A FUSE file system that mirrors a directory and fails chosen reads with EIO: a dying disk, on demand.
 
-    python -m bench.faultfs ROOT MOUNTPOINT --fail NAME:OFFSET [--fail ...]
+    python -m bench.harness.faultfs ROOT MOUNTPOINT --fail NAME:OFFSET [--fail ...]
 
 Every file of ROOT appears under MOUNTPOINT and reads, writes, renames and
 syncs pass through, except that a read of a file called NAME (its base name)
@@ -121,15 +121,15 @@ def mounted(root: Path, mountpoint: Path, failures: dict[str, int], timeout_s: f
     """`root` mirrored at `mountpoint` by a child process, reads of `failures` (name: offset) failing with EIO."""
     mountpoint = Path(mountpoint)
     mountpoint.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "bench.faultfs", str(root), str(mountpoint)]
+    args = [sys.executable, "-m", "bench.harness.faultfs", str(root), str(mountpoint)]
     for name, offset in failures.items():
         args += ["--fail", f"{name}:{offset}"]
-    proc = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[1], stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(args, cwd=Path(__file__).resolve().parents[2], stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + timeout_s
         while not os.path.ismount(mountpoint):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"bench.faultfs did not mount {mountpoint}: {proc.stderr.read() if proc.stderr else ''}")
+                raise RuntimeError(f"bench.harness.faultfs did not mount {mountpoint}: {proc.stderr.read() if proc.stderr else ''}")
             time.sleep(0.02)
         yield mountpoint
     finally:
@@ -142,7 +142,7 @@ def mounted(root: Path, mountpoint: Path, failures: dict[str, int], timeout_s: f
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.faultfs", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.harness.faultfs", description=__doc__.split("\n\n")[0])
     ap.add_argument("root")
     ap.add_argument("mountpoint")
     ap.add_argument("--fail", action="append", default=[], metavar="NAME:OFFSET",

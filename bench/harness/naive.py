@@ -1,6 +1,6 @@
 """Naive out-of-core baseline: diskgnn's sampler and model, features gathered through np.memmap, no pipeline.
 
-    python -m bench.naive --data DATASET_DIR --batches 200 [--madvise random] [--progress FILE.jsonl]
+    python -m bench.harness.naive --data DATASET_DIR --batches 200 [--madvise random] [--progress FILE.jsonl]
 
 What a user writes first when the features do not fit in RAM: map the
 feature file with np.memmap and index it with each batch's input nodes. The
@@ -32,17 +32,12 @@ from diskgnn.loading.blocks import sampled_blocks
 from diskgnn.nn.models import GNN
 from diskgnn.offline.sample import batch_key, epoch_seeds, open_graph, sample_batch
 
-from .epoch import add_loop_args
-
-
-def disk_read_bytes() -> int:
-    """Bytes this process made the kernel read from storage (page faults and readahead included)."""
-    with open("/proc/self/io") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+from .common import disk_read_bytes
+from .workload import add_loop_args
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.naive", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.harness.naive", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True)
     add_loop_args(ap)
     ap.add_argument("--madvise", choices=("default", "random"), default="default")

@@ -1,6 +1,6 @@
 """In-memory, full-neighbour reference trainer: the oracle diskgnn's accuracy is checked against.
 
-    python -m bench.reference --data DATASET_DIR --model sage --seed 0
+    python -m bench.harness.reference --data DATASET_DIR --model sage --seed 0
 
 Plain PyTorch, no sampling, no disk: the whole dataset (features, labels,
 CSC graph, splits) is loaded into memory; every layer aggregates over every
@@ -138,7 +138,7 @@ def reference_train(dataset_dir, model: str = "sage", hidden: int = 64, lr: floa
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m bench.reference", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.harness.reference", description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", required=True, help="dataset directory (python -m diskgnn.prepare)")
     ap.add_argument("--model", default="sage", choices=("sage", "gcn", "gat"))
     ap.add_argument("--hidden", type=int, default=64)

@@ -1,0 +1,5 @@
+"""`python -m bench.accuracy`: see bench/accuracy/__init__.py and --help."""
+
+from .cli import main
+
+main()
