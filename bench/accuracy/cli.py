@@ -6,7 +6,8 @@
                              [--seeds 3] [--pause-while FILE]
     python -m bench.accuracy --study sampler [--datasets ...,synthetic] [--settings "neighbor;labor;..."]
     python -m bench.accuracy --study precision [--datasets ...,synthetic]
-    python -m bench.accuracy [--study quantized|sampler|precision] --smoke  # Cora, 1 seed, 3 epochs: the tests
+    python -m bench.accuracy --study cooperative [--datasets amazon_computers,coauthor_cs] [--seeds 10]
+    python -m bench.accuracy [--study quantized|sampler|precision|cooperative] --smoke  # Cora, 1 seed, 3 epochs
 
 The studies are described in bench/accuracy/__init__.py; this module checks the options and runs one.
 """
@@ -26,6 +27,7 @@ from ..harness.common import REPO, machine_info
 from ..harness.output import RESULTS, command_line
 from .quantized import QUANT_DATASETS, QUANT_FEATURES, QUANT_SEEDS, quantized_study, saved
 from .quantized_report import publish
+from .cooperative import DATASETS as COOP_DATASETS, SEEDS as COOP_SEEDS, cooperative_study
 from .datasets import DATASETS, SHARED, SYNTHETIC
 from .reference_study import reference_study
 from .runs import HOST_CACHE_FRACTION, MODEL
@@ -34,10 +36,12 @@ from .settings import PRECISION_SETTINGS, SAMPLER_DATASETS, SAMPLER_SETTINGS, SE
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision"), default="reference",
+    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision", "cooperative"),
+                    default="reference",
                     help="reference: diskgnn.train against the in-memory reference; quantized: fp32 against "
                          "each quantized variant (issue 7); sampler: neighbour sampling against LABOR and "
-                         "dependent minibatches (issue 22); precision: bf16 against fp32 (issue 25)")
+                         "dependent minibatches (issue 22); precision: bf16 against fp32 (issue 25); cooperative: "
+                         "2 cooperative ranks against one process (issue 38)")
     ap.add_argument("--settings",
                     help="sampler and precision studies: settings to run, separated by ';' (default all; the "
                          "baseline, neighbor or fp32, is added when missing), from: " + "; ".join(SAMPLER_SETTINGS)
@@ -67,15 +71,15 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="cora, 1 seed, 3 epochs (for the test suite); the "
                                                          "quantized study with fp32, sq16 and sq1")
     args = ap.parse_args(argv)
-    quantized, sampler = args.study == "quantized", args.study in SETTINGS_STUDIES
+    quantized, sampler, coop = args.study == "quantized", args.study in SETTINGS_STUDIES, args.study == "cooperative"
     if args.smoke:
         args.datasets, args.seeds, args.epochs = "cora", 1, args.epochs or 3
         if quantized:
             args.features = "fp32,sq16,sq1"
         args.settings = args.settings or ("neighbor;labor + layer dep., κ=4" if args.study == "sampler" else None)
     known = QUANT_DATASETS if quantized else SAMPLER_DATASETS if sampler else tuple(DATASETS)
-    names = (args.datasets or ",".join(known)).split(",")
-    if (quantized or sampler) and args.models is not None:
+    names = (args.datasets or ",".join(COOP_DATASETS if coop else known)).split(",")
+    if (quantized or sampler or coop) and args.models is not None:
         raise SystemExit(f"bench.accuracy: --models is for the reference study; the {args.study} study trains "
                          f"{MODEL}")
     table = SETTINGS_STUDIES.get(args.study, (SAMPLER_SETTINGS, None))[0]
@@ -94,7 +98,7 @@ def main(argv=None) -> dict:
     except DiskgnnError as e:
         raise SystemExit(f"bench.accuracy: --features: {e}") from None
     if args.seeds is None:
-        args.seeds = QUANT_SEEDS if quantized or sampler else 5
+        args.seeds = QUANT_SEEDS if quantized or sampler else COOP_SEEDS if coop else 5
     if args.seeds < 1 or (args.epochs is not None and args.epochs < 1) or args.jobs < 1:
         raise SystemExit("bench.accuracy: --seeds, --epochs and --jobs must be at least 1")
     if not 0 <= args.host_cache_fraction <= 1:
@@ -116,6 +120,8 @@ def main(argv=None) -> dict:
         return publish(saved(out, command), md)
     if sampler:
         return settings_study(args, names, settings, work, out, md, info, command)
+    if coop:
+        return cooperative_study(args, names, work, out, md, info, command)
     if quantized:
         result = publish(quantized_study(args, names, features, work, out, info, command), md)
     else:

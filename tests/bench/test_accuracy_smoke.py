@@ -193,3 +193,23 @@ def test_precision_accuracy_bench_smoke(tmp_path):
     assert rows["fp32"]["delta"] == 0.0 and abs(rows["bf16"]["delta"]) < 10
     text = md.read_text()
     assert PRECISION_MARKERS[0] in text and "| bf16 |" in text and "Largest loss of bf16" in text
+
+
+def test_cooperative_accuracy_bench_smoke(tmp_path):
+    """The cooperative study on Cora (2 ranks under torchrun against one process, 1 seed, 3 epochs): the same
+    train losses and test accuracy, in its own section of the markdown."""
+    shared_dataset("planetoid_cora")
+    from bench.accuracy.cli import main
+    from bench.accuracy.cooperative import MARKERS
+
+    md = tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n")
+    out = tmp_path / "c.json"
+    result = main(["--study", "cooperative", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
+                   "--markdown", str(md)])
+    saved = json.loads(out.read_text())
+    assert [r["mode"] for r in saved["runs"]] == ["one process", "cooperative"]
+    row = result["aggregate"][0]
+    assert row["seeds"] == 1 and row["same_loss_curves"] == 1 and abs(row["delta"]) < 1e-6
+    assert not (tmp_path / "work" / "runs").exists() or not any((tmp_path / "work" / "runs").iterdir())
+    assert MARKERS[0] in md.read_text() and "| cora | 1 |" in md.read_text()

@@ -1,0 +1,119 @@
+"""The cooperative study (issue 38): `--distributed cooperative` with P ranks of B / P seeds against one process
+training batches of B, the same seeds, paired by seed; its table and its section of docs/accuracy.md.
+
+Each run is `python -m diskgnn.train` (one process) or `torchrun --nproc-per-node P -m diskgnn.train
+--distributed cooperative` on this machine, over gloo, with the hyper-parameters of the held-out run that
+found the gap (GraphSAGE, fanouts 10,5, hidden 64, lr 0.01, dropout 0.5, 60 epochs, sampled evaluation).
+Dropout masks keyed by node and evaluation sharded by batch make the two the same training and the same
+evaluation (tests/distributed/ checks the weights and accuracies), so the study measures what is left of
+the difference at scale: float summation order.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from diskgnn.train.loop import versions
+
+from ..harness.common import REPO
+from ..harness.output import finish, report_markers, write_json
+from .runs import paired_delta, pm, prepared_or_exit, stats
+
+DATASETS = ("amazon_computers", "coauthor_cs")
+SEEDS, EPOCHS, BATCH, RANKS = 10, 60, 128, 2
+HPARAMS = ["--fanouts", "10,5", "--hidden", "64", "--lr", "0.01", "--dropout", "0.5", "--weight-decay", "5e-4",
+           "--memory-budget", "3GiB", "--no-progress"]
+MARKERS = report_markers("bench.accuracy", "--study cooperative")
+MODES = ("one process", "cooperative")
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(data: Path, mode: str, seed: int, epochs: int, work: Path) -> dict:
+    """One run's summary (its workdir removed after: packs of wide rows fill a disk over 40 runs)."""
+    tag = f"{data.name}-{mode.replace(' ', '-')}-seed{seed}"
+    workdir, summary = work / "runs" / tag, work / "summaries" / f"{tag}.json"
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    train = ["-m", "diskgnn.train", "--data", str(data), "--workdir", str(workdir), "--seed", str(seed),
+             "--epochs", str(epochs), "--summary-json", str(summary), *HPARAMS]
+    if mode == "one process":
+        argv = [sys.executable, *train, "--batch-size", str(BATCH)]
+    else:
+        argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={RANKS}", "--nnodes=1",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_port()}", *train,
+                "--batch-size", str(BATCH // RANKS), "--distributed", "cooperative"]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    shutil.rmtree(workdir, ignore_errors=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench.accuracy: {tag} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    s = json.loads(summary.read_text())
+    return {"test_acc": s["test_acc"], "val_acc": s["val_acc"], "best_epoch": s["best_epoch"],
+            "train_loss": s["train_loss"], "wall_s": time.perf_counter() - start}
+
+
+def cooperative_study(args, names: list[str], work: Path, out: Path, md: Path, info: dict, command: str) -> dict:
+    seeds = list(range(args.seeds))
+    epochs = args.epochs or EPOCHS
+    runs: list[dict] = []
+    result: dict = {}
+    for name in names:
+        data = prepared_or_exit(name, args, work)
+        for seed in seeds:
+            for mode in MODES:
+                runs.append({"dataset": name, "mode": mode, "seed": seed, **run(data, mode, seed, epochs, work)})
+                print(f"{name} {mode} seed {seed}: test acc {100 * runs[-1]['test_acc']:.2f}", flush=True)
+            result = {"benchmark": "accuracy-cooperative", "machine": info, "versions": versions(), "command": command,
+                      "seeds": seeds, "epochs": epochs, "ranks": RANKS, "batch_size": BATCH, "hyperparameters": HPARAMS,
+                      "runs": runs, "aggregate": aggregate(runs)}
+            write_json(out, result)  # after every seed: a long study that stops keeps what it measured
+    return finish(result, None, table=table(result["aggregate"]), report=md, markers=MARKERS,
+                  section=lambda _: markdown(result))
+
+
+def aggregate(runs: list[dict]) -> list[dict]:
+    rows = []
+    for name in dict.fromkeys(r["dataset"] for r in runs):
+        acc = {m: {r["seed"]: r["test_acc"] for r in runs if r["dataset"] == name and r["mode"] == m} for m in MODES}
+        both = sorted(set(acc[MODES[0]]) & set(acc[MODES[1]]))
+        delta, se = paired_delta(acc[MODES[1]], acc[MODES[0]])
+        same_loss = sum(1 for s in both if _loss(runs, name, s, MODES[0]) == _loss(runs, name, s, MODES[1]))
+        rows.append({"dataset": name, "seeds": len(both), **{m: stats([acc[m][s] for s in both]) for m in MODES},
+                     "delta": delta, "delta_se": se, "max_abs_delta": max(
+                         (100 * abs(acc[MODES[1]][s] - acc[MODES[0]][s]) for s in both), default=None),
+                     "same_loss_curves": same_loss})
+    return rows
+
+
+def _loss(runs: list[dict], name: str, seed: int, mode: str) -> list[float]:
+    """Its train losses per epoch, rounded to 4 significant digits (summation order moves the last ones)."""
+    r = next(r for r in runs if (r["dataset"], r["seed"], r["mode"]) == (name, seed, mode))
+    return [float(f"{x:.4g}") for x in r["train_loss"]]
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| dataset | seeds | one process (batch 128) | cooperative (2 x 64) | difference (SE) | largest per seed | "
+             "same loss curves |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        se = f" ({r['delta_se']:.2f})" if r["delta_se"] is not None else ""
+        delta = f"{r['delta']:+.2f}{se}" if r["delta"] is not None else "-"
+        largest = f"{r['max_abs_delta']:.2f}" if r["max_abs_delta"] is not None else "-"
+        lines.append(f"| {r['dataset']} | {r['seeds']} | {pm(r[MODES[0]])} | {pm(r[MODES[1]])} | {delta} | "
+                     f"{largest} | {r['same_loss_curves']} of {r['seeds']} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(result: dict) -> str:
+    return (f"Test accuracy (%, mean ± std over seeds {result['seeds'][0]}-{result['seeds'][-1]}), GraphSAGE, "
+            f"{result['epochs']} epochs, `{' '.join(HPARAMS)}`; difference: cooperative minus one process, paired by "
+            f"seed, in points. `{result['command']}`\n\n" + table(result["aggregate"]))
