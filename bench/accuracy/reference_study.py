@@ -13,20 +13,22 @@ import torch
 from diskgnn.data.format import open_dataset
 from diskgnn.train.loop import versions
 
-from ..harness.output import marked_section, write_json
+from ..harness.output import finish, report_markers, write_json
 from ..harness.reference import load, reference_train
 from .datasets import DATASETS
-from .quantized import QUANT_MARKERS
 from .runs import HPARAMS, diskgnn_run, hyperparameters, pm, prepared_or_exit, stats, wait_while
 
 MODES = ("reference", "offline", "online")
 BOUNDS = {"offline_vs_reference": 1.5, "offline_vs_online": 0.5}  # points of test accuracy, |difference of means|
 
 
+REFERENCE_MARKERS = report_markers("bench.accuracy", "reference")
+
+
 def reference_study(args, names: list[str], models: list[str], work: Path, out: Path, md: Path, info: dict,
                     command: str) -> dict:
     """Every dataset x model x seed trained by the reference, then by diskgnn.train offline and online; the
-    result written as JSON to `out` after each dataset, and as the whole of `md` but its other studies' parts."""
+    result written as JSON to `out` after each dataset, and as its section of `md`."""
     pause = Path(args.pause_while) if args.pause_while else None
     start = time.perf_counter()
     runs: list[dict] = []
@@ -69,13 +71,9 @@ def reference_study(args, names: list[str], models: list[str], work: Path, out: 
             "wall_s": time.perf_counter() - start,
         }
         write_json(out, result)
-    md.parent.mkdir(parents=True, exist_ok=True)
-    # The quantized study's part of the file is its own: kept as it is.
-    kept = marked_section(md.read_text() if md.exists() else "", QUANT_MARKERS)
-    md.write_text(markdown(result) + (f"\n{kept}\n" if kept else ""))
-    print(table(result["aggregate"]))
-    print(f"wrote {md}")
-    return result
+    # Its own part of the file only: the other studies' sections and the notes between them stay.
+    return finish(result, None, table=table(result["aggregate"]), report=md, markers=REFERENCE_MARKERS,
+                  section=lambda _: markdown(result))
 
 
 def aggregate(runs: list[dict]) -> list[dict]:

@@ -14,8 +14,11 @@ def test_accuracy_bench_smoke(tmp_path):
     from bench.accuracy.quantized import QUANT_MARKERS
 
     out, md = tmp_path / "accuracy.json", tmp_path / "accuracy.md"
+    from bench.accuracy.reference_study import REFERENCE_MARKERS
+
     begin, end = QUANT_MARKERS
-    md.write_text(f"# An older reference table\n\n{begin}\nthe quantized study's tables\n{end}\n")
+    md.write_text(f"{REFERENCE_MARKERS[0]}\n# An older reference table\n{REFERENCE_MARKERS[1]}\n\nA note of "
+                  f"one's own.\n\n{begin}\nthe quantized study's tables\n{end}\n\n## Another study\n")
     # A quarter of the features in the host tier, so that offline batches also read their packs.
     main(["--smoke", "--host-cache-fraction", "0.25", "--workdir", str(tmp_path / "work"),
           "--out", str(out), "--markdown", str(md)])
@@ -37,8 +40,10 @@ def test_accuracy_bench_smoke(tmp_path):
         assert isinstance(a["pass_reference"], bool) and isinstance(a["pass_online"], bool)
     text = md.read_text()
     assert "| cora | sage |" in text and "| cora | gcn |" in text and saved["command"] in text
-    # The reference study rewrites its own part only: the quantized study's section stays.
-    assert "An older reference table" not in text and text.endswith(f"\n{begin}\nthe quantized study's tables\n{end}\n")
+    # The reference study rewrites its own part only: the other studies' sections and the notes stay (it used
+    # to write the whole file but the quantized section).
+    assert "An older reference table" not in text and text.startswith(REFERENCE_MARKERS[0])
+    assert text.endswith(f"\n\nA note of one's own.\n\n{begin}\nthe quantized study's tables\n{end}\n\n## Another study\n")
     # The workdirs of the runs are removed; only the logs stay.
     assert not any((tmp_path / "work" / "runs").iterdir())
 
@@ -197,7 +202,7 @@ def test_precision_accuracy_bench_smoke(tmp_path):
 
 def test_cooperative_accuracy_bench_smoke(tmp_path):
     """The cooperative study on Cora (2 ranks under torchrun against one process, 1 seed, 3 epochs): the same
-    train losses and test accuracy, in its own section of the markdown."""
+    train losses (to summation order) and test accuracy, in its own section of the markdown."""
     shared_dataset("planetoid_cora")
     from bench.accuracy.cli import main
     from bench.accuracy.cooperative import MARKERS
@@ -210,6 +215,8 @@ def test_cooperative_accuracy_bench_smoke(tmp_path):
     saved = json.loads(out.read_text())
     assert [r["mode"] for r in saved["runs"]] == ["one process", "cooperative"]
     row = result["aggregate"][0]
-    assert row["seeds"] == 1 and row["same_loss_curves"] == 1 and abs(row["delta"]) < 1e-6
+    assert row["seeds"] == 1 and row["same_accuracy"] == 1 and row["delta"] == 0
+    one, coop = saved["runs"]
+    assert coop["train_loss"] == pytest.approx(one["train_loss"], rel=1e-4)
     assert not (tmp_path / "work" / "runs").exists() or not any((tmp_path / "work" / "runs").iterdir())
     assert MARKERS[0] in md.read_text() and "| cora | 1 |" in md.read_text()
