@@ -8,6 +8,8 @@ Examples::
 
     python -m diskgnn.prepare synthetic --nodes 8000000 --feat-dim 128 --avg-degree 10 \\
         --classes 16 --seed 0 --out data/w1
+    python -m diskgnn.prepare synthetic --structure powerlaw --nodes 8000000 --feat-dim 128 \\
+        --avg-degree 10 --classes 16 --seed 0 --out data/w2
     python -m diskgnn.prepare ../shared/datasets/planetoid_cora --out data/cora --undirected
 """
 
@@ -29,6 +31,7 @@ from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
 from .quantize.spec import canonical_spec
 from .quantize.variants import write_quantized
 from .sources import FORMATS, open_source
+from .sources.synthetic import STRUCTURES
 from .splits import BLOCK, check_given, per_class_split, ratio_split
 
 
@@ -236,8 +239,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--avg-degree", type=float, default=10)
     g.add_argument("--classes", type=int, default=16)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--homophily", type=float, default=0.8)
-    g.add_argument("--feature-signal", type=float, default=0.25)
+    g.add_argument("--structure", choices=STRUCTURES, default="uniform",
+                   help="uniform: W1, features nearly give the class; powerlaw: a degree-corrected stochastic block "
+                        "model with power-law degrees, planted communities and weak features (default: uniform)")
+    g.add_argument("--homophily", type=float,
+                   help="share of edges inside their class (uniform) or community (powerlaw) (default 0.8)")
+    g.add_argument("--feature-signal", type=float,
+                   help="class means' scale against unit noise (default: 0.25 uniform, 0.1 powerlaw)")
+    g.add_argument("--communities", type=int, help="powerlaw: planted communities, each of one class (default: "
+                                                   "4 x --classes)")
+    g.add_argument("--label-noise", type=float, help="powerlaw: chance that a node's label is not its community's "
+                                                     "class (default 0.1)")
+    g.add_argument("--degree-exponent", type=float, help="powerlaw: degrees' density falls as d^-X (default 2.5)")
     return p
 
 
@@ -254,9 +267,11 @@ def main(argv=None) -> None:
         split_ratios=_parse_floats(args.split_ratios, 3, "--split-ratios"), split_per_class=per_class,
         split_seed=args.split_seed, memory_budget=args.memory_budget, overwrite=args.overwrite,
         allow_nonfinite=args.allow_nonfinite, ogb_split=args.ogb_split,
-        synthetic=dict(nodes=args.nodes, feat_dim=args.feat_dim, avg_degree=args.avg_degree,
-                       classes=args.classes, seed=args.seed, homophily=args.homophily,
-                       feature_signal=args.feature_signal) if is_synthetic else None,
+        synthetic=dict(structure=args.structure, nodes=args.nodes, feat_dim=args.feat_dim,
+                       avg_degree=args.avg_degree, classes=args.classes, seed=args.seed, homophily=args.homophily,
+                       feature_signal=args.feature_signal, communities=args.communities,
+                       label_noise=args.label_noise, degree_exponent=args.degree_exponent)
+        if is_synthetic else None,
         progress=False if args.no_progress else None, report=True, quantize=args.quantize,
         normalize_features=args.normalize_features,
     )
