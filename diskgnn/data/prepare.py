@@ -28,10 +28,11 @@ from ..memory import peak_rss_bytes
 from ..units import format_size, parse_size
 from .csc import CscBuilder
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
+from .graph_stats import describe, measure
 from .quantize.spec import canonical_spec
 from .quantize.variants import write_quantized
 from .sources import FORMATS, open_source
-from .sources.synthetic import STRUCTURES
+from .sources.synthetic import STRUCTURES, SyntheticSource
 from .splits import BLOCK, check_given, per_class_split, ratio_split
 
 
@@ -71,6 +72,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     `progress` shows bars (None: when on a terminal); `report` prints a summary line.
     `quantize` lists quantizer specs (docs/quantization.md) whose variants are stored too.
     `normalize_features` divides each (non-negative) feature row by its sum; all-zero rows stay.
+    A synthetic source's graph is measured (graph_stats) into the manifest's `synthetic` key.
     """
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
@@ -178,7 +180,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         num_edges = csc.finish()
         phase("csc sort")
 
-        path = b.finish({
+        meta = {
             "num_nodes": n,
             "num_edges": num_edges,
             "feature_dim": src.feature_dim,
@@ -195,7 +197,11 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
                     "input_edges": csc.input_edges,
                 },
             },
-        })
+        }
+        if isinstance(src, SyntheticSource):
+            meta["synthetic"] = measure(b.staged(meta), src.parameters(), chunk_bytes=work // 2)
+            phase("statistics")
+        path = b.finish(meta)
     if short:
         print(f"prepare: warning: classes {short} have fewer nodes than --split-per-class asks for")
     if report:
@@ -203,6 +209,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
               f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s ("
               + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
               + f"); peak RSS {peak_rss_bytes()} bytes (budget {budget})")
+        if "synthetic" in meta:
+            print(f"prepare: {describe(meta['synthetic'])}")
     return path
 
 
