@@ -124,6 +124,17 @@ def test_synthetic_is_homophilous_heavy_tailed_and_seeded(tmp_path):
     assert np.bincount(y, minlength=8).min() > 0
 
 
+def test_train_fraction_replaces_the_train_share(tmp_path):
+    """papers100M's 1.1 % of train nodes; val and test as --split-ratios says."""
+    ds = open_dataset(prepare("synthetic", tmp_path / "f", undirected=True, progress=False, train_fraction=0.011,
+                              split_ratios=(0.5, 0.05, 0.1),
+                              synthetic=dict(nodes=100_000, feat_dim=4, avg_degree=2, classes=4, seed=0)))
+    counts = {s: ds.split(s).size for s in ("train", "val", "test")}
+    assert abs(counts["train"] - 1100) < 5 * 33 and abs(counts["val"] - 5000) < 5 * 69 \
+        and abs(counts["test"] - 10_000) < 5 * 95, counts
+    assert ds.manifest["producer"]["options"]["split"] == "ratios 0.011,0.05,0.1 (seed 0)"
+
+
 def test_csv_source(tmp_path):
     g = random_graph()
     d = write_npy_dir(tmp_path / "src", g)
