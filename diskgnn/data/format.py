@@ -99,6 +99,11 @@ class DatasetBuilder(StagedDirectory):
         self.files[kind] = w.close()
         return self.files[kind]
 
+    def staged(self, meta: dict) -> "Dataset":
+        """The files written so far, opened as a dataset with `meta` for the manifest's other keys (for
+        statistics measured before the manifest exists)."""
+        return Dataset(self.tmp, {**meta, "files": self.files})
+
     def finish(self, meta: dict) -> Path:
         """Writes the manifest and moves the dataset into place."""
         for d in self.tmp.glob("scratch-*"):

@@ -8,6 +8,8 @@ Examples::
 
     python -m diskgnn.prepare synthetic --nodes 8000000 --feat-dim 128 --avg-degree 10 \\
         --classes 16 --seed 0 --out data/w1
+    python -m diskgnn.prepare synthetic --structure powerlaw --nodes 8000000 --feat-dim 128 \\
+        --avg-degree 10 --classes 16 --seed 0 --out data/w2
     python -m diskgnn.prepare ../shared/datasets/planetoid_cora --out data/cora --undirected
 """
 
@@ -26,9 +28,11 @@ from ..memory import peak_rss_bytes
 from ..units import format_size, parse_size
 from .csc import CscBuilder
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
+from .graph_stats import describe, measure
 from .quantize.spec import canonical_spec
 from .quantize.variants import write_quantized
 from .sources import FORMATS, open_source
+from .sources.synthetic import STRUCTURES, SyntheticSource
 from .splits import BLOCK, check_given, per_class_split, ratio_split
 
 
@@ -57,9 +61,9 @@ def row_normalized(block: np.ndarray, first_row: int, name: str) -> np.ndarray:
 def prepare(source, out, *, format: str = "auto", undirected: bool = False, self_loops: bool = False,
             drop_self_loops: bool = False, feature_dtype: str | None = None,
             split_ratios=(0.1, 0.1, 0.8), split_per_class=None, split_seed: int = 0,
-            memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False, allow_nonfinite: bool = False,
-            ogb_split: str | None = None, synthetic: dict | None = None, progress: bool | None = None,
-            report: bool = False, quantize=(), normalize_features: bool = False) -> Path:
+            train_fraction: float | None = None, memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False,
+            allow_nonfinite: bool = False, ogb_split: str | None = None, synthetic: dict | None = None,
+            progress: bool | None = None, report: bool = False, quantize=(), normalize_features: bool = False) -> Path:
     """Converts SOURCE (a path, "synthetic", or a PyTorch Geometric Data object) into a dataset directory OUT
     and returns its path.
 
@@ -68,10 +72,13 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     `progress` shows bars (None: when on a terminal); `report` prints a summary line.
     `quantize` lists quantizer specs (docs/quantization.md) whose variants are stored too.
     `normalize_features` divides each (non-negative) feature row by its sum; all-zero rows stay.
+    `train_fraction` F: train takes F of the labeled nodes, val and test `split_ratios`' second and third.
+    A synthetic source's graph is measured (graph_stats) into the manifest's `synthetic` key.
     """
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
         raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
+    split_ratios = _with_train_fraction(train_fraction, split_ratios, split_per_class)
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
         raise UsageError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
     specs = list(dict.fromkeys(canonical_spec(s, "--quantize") for s in quantize))  # bad specs fail before any work
@@ -120,6 +127,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         split_writers = {s: b.writer(f"{s}_idx", np.int64) for s in SPLITS}
         given = src.splits()
         short = []
+        if given is not None and train_fraction is not None:
+            raise UsageError(f"--train-fraction: {src.name} comes with its own train/val/test split")
         if given is not None:
             labels_map = np.memmap(labels_path, dtype="<i4", mode="r", shape=(n,))
             check_given(given, n, lambda ids: labels_map[np.sort(ids)], src.name)
@@ -175,7 +184,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         num_edges = csc.finish()
         phase("csc sort")
 
-        path = b.finish({
+        meta = {
             "num_nodes": n,
             "num_edges": num_edges,
             "feature_dim": src.feature_dim,
@@ -192,7 +201,11 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
                     "input_edges": csc.input_edges,
                 },
             },
-        })
+        }
+        if isinstance(src, SyntheticSource):
+            meta["synthetic"] = measure(b.staged(meta), src.parameters(), chunk_bytes=work // 2)
+            phase("statistics")
+        path = b.finish(meta)
     if short:
         print(f"prepare: warning: classes {short} have fewer nodes than --split-per-class asks for")
     if report:
@@ -200,7 +213,27 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
               f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s ("
               + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
               + f"); peak RSS {peak_rss_bytes()} bytes (budget {budget})")
+        if "synthetic" in meta:
+            print(f"prepare: {describe(meta['synthetic'])}")
     return path
+
+
+def _with_train_fraction(train_fraction, split_ratios, split_per_class):
+    """--split-ratios with its train share replaced by --train-fraction, checked."""
+    if train_fraction is None:
+        return tuple(split_ratios)
+    if split_per_class is not None:
+        raise UsageError("--train-fraction and --split-per-class both choose the train nodes: pass one of them")
+    if not 0 < train_fraction <= 1:
+        raise UsageError(f"--train-fraction {train_fraction}: must be in (0, 1]")
+    _, val, test = split_ratios
+    if train_fraction + val + test > 1 + 1e-9:
+        rest = (1 - train_fraction) / (val + test)
+        raise UsageError(f"--train-fraction {train_fraction:g} with val {val:g} and test {test:g} from --split-ratios "
+                         f"would take {train_fraction + val + test:g} of the labeled nodes (at most 1): lower val and "
+                         f"test with --split-ratios (its train share is replaced), e.g. --split-ratios "
+                         f"0,{val * rest:.3g},{test * rest:.3g}")
+    return train_fraction, val, test
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -217,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train,val,test fractions of the labeled nodes when the source has no split")
     p.add_argument("--split-per-class", metavar="TRAIN,VAL",
                    help="instead: TRAIN and VAL nodes per class, the rest test (e.g. 20,30)")
+    p.add_argument("--train-fraction", type=float, metavar="F",
+                   help="train on fraction F of the labeled nodes (papers100M: 0.011), val and test as --split-ratios "
+                        "says")
     p.add_argument("--split-seed", type=int, default=0)
     p.add_argument("--memory-budget", default=defaults.MEMORY_BUDGET,
                    help=f"memory the whole run may use (default {defaults.MEMORY_BUDGET})")
@@ -236,8 +272,18 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--avg-degree", type=float, default=10)
     g.add_argument("--classes", type=int, default=16)
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--homophily", type=float, default=0.8)
-    g.add_argument("--feature-signal", type=float, default=0.25)
+    g.add_argument("--structure", choices=STRUCTURES, default="uniform",
+                   help="uniform: W1, features nearly give the class; powerlaw: a degree-corrected stochastic block "
+                        "model with power-law degrees, planted communities and weak features (default: uniform)")
+    g.add_argument("--homophily", type=float,
+                   help="share of edges inside their class (uniform) or community (powerlaw) (default 0.8)")
+    g.add_argument("--feature-signal", type=float,
+                   help="class means' scale against unit noise (default: 0.25 uniform, 0.1 powerlaw)")
+    g.add_argument("--communities", type=int, help="powerlaw: planted communities, each of one class (default: "
+                                                   "4 x --classes)")
+    g.add_argument("--label-noise", type=float, help="powerlaw: chance that a node's label is not its community's "
+                                                     "class (default 0.1)")
+    g.add_argument("--degree-exponent", type=float, help="powerlaw: degrees' density falls as d^-X (default 2.5)")
     return p
 
 
@@ -252,11 +298,13 @@ def main(argv=None) -> None:
         undirected=args.undirected or is_synthetic, self_loops=args.self_loops,
         drop_self_loops=args.drop_self_loops, feature_dtype=args.feature_dtype,
         split_ratios=_parse_floats(args.split_ratios, 3, "--split-ratios"), split_per_class=per_class,
-        split_seed=args.split_seed, memory_budget=args.memory_budget, overwrite=args.overwrite,
-        allow_nonfinite=args.allow_nonfinite, ogb_split=args.ogb_split,
-        synthetic=dict(nodes=args.nodes, feat_dim=args.feat_dim, avg_degree=args.avg_degree,
-                       classes=args.classes, seed=args.seed, homophily=args.homophily,
-                       feature_signal=args.feature_signal) if is_synthetic else None,
+        split_seed=args.split_seed, train_fraction=args.train_fraction, memory_budget=args.memory_budget,
+        overwrite=args.overwrite, allow_nonfinite=args.allow_nonfinite, ogb_split=args.ogb_split,
+        synthetic=dict(structure=args.structure, nodes=args.nodes, feat_dim=args.feat_dim,
+                       avg_degree=args.avg_degree, classes=args.classes, seed=args.seed, homophily=args.homophily,
+                       feature_signal=args.feature_signal, communities=args.communities,
+                       label_noise=args.label_noise, degree_exponent=args.degree_exponent)
+        if is_synthetic else None,
         progress=False if args.no_progress else None, report=True, quantize=args.quantize,
         normalize_features=args.normalize_features,
     )

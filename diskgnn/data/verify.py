@@ -4,7 +4,8 @@ Invariants: indptr starts at 0, never decreases and ends at num_edges; indices
 in [0, num_nodes); labels in [-1, num_classes); split ids in range, unique and
 disjoint; features finite unless the dataset was prepared with
 --allow-nonfinite; quantized variants' params load and every code row is
-valid. Every check streams its file in chunks.
+valid; a synthetic graph's recorded in-degrees and edge homophily are the
+graph's (graph_stats). Every check streams its file in chunks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import numpy as np
 
 from .. import defaults
 from ..errors import ArgumentParser, DiskgnnError
-from .format import SPLITS, check_file_checksum, check_file_sizes, read_manifest
+from .format import SPLITS, Dataset, check_file_checksum, check_file_sizes, read_manifest
+from .graph_stats import describe, recheck
 from .quantize.variants import check_quantized
 
 
@@ -90,6 +92,8 @@ def verify(path) -> list[str]:
             if not np.isfinite(block).all():
                 bad("features", f"NaN or inf in row {start + int(np.flatnonzero(~np.isfinite(block).all(1))[0])}")
                 break
+    if "synthetic" in m and not problems:  # statistics of a graph already found broken would say nothing more
+        problems += recheck(Dataset(path, m), defaults.VERIFY_CHUNK_BYTES)
     # A corrupted params file is named by the checksum loop above already.
     return problems + [p for p in check_quantized(path, m) if p not in problems]
 
@@ -104,4 +108,6 @@ def main(argv=None) -> None:
     m = read_manifest(args.dataset)
     print(f"verify: OK: {Path(args.dataset)} ({m['num_nodes']} nodes, {m['num_edges']} edges, "
           f"{len(m['files'])} files, checksums and invariants hold)")
+    if "synthetic" in m:
+        print(f"verify: {describe(m['synthetic'])}")
 

@@ -112,6 +112,19 @@ def test_bad_flags(tmp_path, good):
     fails(tmp_path, good, "--split-ratios", "0.9,0.9,0.1", match="sum to at most 1")
 
 
+def test_train_fraction_conflicts_are_refused(tmp_path, good):
+    line = fails(tmp_path, good, "--train-fraction", "0.5", match="--train-fraction 0.5 with val 0.1 and test 0.8 from "
+                 "--split-ratios would take 1.4 of the labeled nodes (at most 1)")
+    assert line.endswith("e.g. --split-ratios 0,0.0556,0.444")
+    fails(tmp_path, good, "--train-fraction", "0", match="--train-fraction 0.0: must be in (0, 1]")
+    fails(tmp_path, good, "--train-fraction", "0.1", "--split-per-class", "2,3",
+          match="--train-fraction and --split-per-class both choose the train nodes")
+    given = write_npy_dir(tmp_path / "given", random_graph(), splits={"train": [1, 2], "val": [3], "test": [4]})
+    fails(tmp_path, given, "--train-fraction", "0.05", match="--train-fraction: ")
+    proc = run_module("diskgnn.prepare", good, "--out", tmp_path / "out", "--train-fraction", "2")
+    assert proc.returncode == 2, proc.stderr
+
+
 def test_no_space_left_on_device(tmp_path, good):
     if os.geteuid() != 0:
         pytest.skip("mounting a tiny tmpfs to fill needs root")

@@ -124,6 +124,17 @@ def test_synthetic_is_homophilous_heavy_tailed_and_seeded(tmp_path):
     assert np.bincount(y, minlength=8).min() > 0
 
 
+def test_train_fraction_replaces_the_train_share(tmp_path):
+    """papers100M's 1.1 % of train nodes; val and test as --split-ratios says."""
+    ds = open_dataset(prepare("synthetic", tmp_path / "f", undirected=True, progress=False, train_fraction=0.011,
+                              split_ratios=(0.5, 0.05, 0.1),
+                              synthetic=dict(nodes=100_000, feat_dim=4, avg_degree=2, classes=4, seed=0)))
+    counts = {s: ds.split(s).size for s in ("train", "val", "test")}
+    assert abs(counts["train"] - 1100) < 5 * 33 and abs(counts["val"] - 5000) < 5 * 69 \
+        and abs(counts["test"] - 10_000) < 5 * 95, counts
+    assert ds.manifest["producer"]["options"]["split"] == "ratios 0.011,0.05,0.1 (seed 0)"
+
+
 def test_csv_source(tmp_path):
     g = random_graph()
     d = write_npy_dir(tmp_path / "src", g)
@@ -244,13 +255,16 @@ def test_planetoid_rejects_foreign_pickles(tmp_path):
     assert proc.returncode != 0 and "refusing to load" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_peak_rss_stays_inside_the_budget(tmp_path):
-    """The memory contract: a dataset larger than the budget converts within it."""
+@pytest.mark.parametrize("structure", ["uniform", "powerlaw"])
+def test_peak_rss_stays_inside_the_budget(tmp_path, structure):
+    """The memory contract: a dataset larger than the budget converts within it (powerlaw: hubs' blocks of edges
+    and the statistics too)."""
     import re
 
     budget = 160 << 20
     proc = run_module("diskgnn.prepare", "synthetic", "--nodes", "400000", "--feat-dim", "128", "--avg-degree", "10",
-                      "--out", tmp_path / "ds", "--memory-budget", budget, "--no-progress", check=True)
+                      "--structure", structure, "--out", tmp_path / "ds", "--memory-budget", budget, "--no-progress",
+                      check=True)
     m = open_dataset(tmp_path / "ds").manifest
     assert sum(f["file_bytes"] for f in m["files"].values()) > budget
     assert 0 < int(re.search(r"peak RSS (\d+) bytes", proc.stdout).group(1)) <= budget

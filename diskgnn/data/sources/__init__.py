@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ...errors import DiskgnnError
+from ...errors import DiskgnnError, UsageError
 
 FORMATS = ("auto", "npy", "ogb", "csv", "gnnbench", "planetoid", "zarr", "synthetic")
 
@@ -44,9 +44,7 @@ def open_source(source, fmt: str = "auto", *, ogb_split: str | None = None, synt
     if is_pyg_data(source):
         return PygSource(source)
     if source == "synthetic" or fmt == "synthetic":
-        from .synthetic import SyntheticSource
-
-        return SyntheticSource(**(synthetic or {}))
+        return synthetic_source(**(synthetic or {}))
     path = Path(source)
     if not path.exists():
         raise DiskgnnError(f"{path}: no such file or directory")
@@ -73,3 +71,22 @@ def open_source(source, fmt: str = "auto", *, ogb_split: str | None = None, synt
 
         return PlanetoidSource(path)
     raise DiskgnnError(f"{source}: unknown format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+
+def synthetic_source(structure: str = "uniform", **options):
+    """The generator `structure` names, with `options` (flags not given are None or absent: the structure's
+    defaults apply)."""
+    from .synthetic import STRUCTURES, UniformSource
+
+    options = {k: v for k, v in options.items() if v is not None}
+    if structure == "uniform":
+        for key in ("communities", "label_noise", "degree_exponent"):
+            if key in options:
+                raise UsageError(f"synthetic: --{key.replace('_', '-')} is a setting of --structure powerlaw, "
+                                 f"not uniform")
+        return UniformSource(**options)
+    if structure == "powerlaw":
+        from .powerlaw import PowerLawSource
+
+        return PowerLawSource(**options)
+    raise UsageError(f"synthetic: --structure {structure!r}: choose from {', '.join(STRUCTURES)}")
