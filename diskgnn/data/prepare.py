@@ -16,6 +16,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import shutil
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from ..errors import ArgumentParser, DiskgnnError, UsageError
 from ..memory import peak_rss_bytes
 from ..units import format_size, parse_size
 from .csc import CscBuilder
-from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder
+from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder, index_dtype
 from .graph_stats import describe, measure
 from .quantize.spec import canonical_spec
 from .quantize.variants import write_quantized
@@ -88,104 +89,26 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         src.feature_dtype if src.feature_dtype.name in FEATURE_DTYPES else np.dtype(np.float32))
     if out_dtype.name not in FEATURE_DTYPES:
         raise UsageError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
-    work = budget - defaults.PREPARE_BASE_RSS
-    row_bytes = src.feature_dim * max(src.feature_dtype.itemsize, out_dtype.itemsize, 4)
-    feat_rows = max(1, work // (4 * row_bytes))
-    t0 = time.perf_counter()
-    bar = dict(disable=None if progress is None else not progress, unit_scale=True, leave=False)
-    n = src.num_nodes
-
-    phases = {}
-
-    def phase(name):
-        phases[name] = time.perf_counter() - t0 - sum(phases.values())
-
-    with DatasetBuilder(out, overwrite=overwrite) as b:
-        # Labels first: the class count and the drawn splits depend on them.
-        labels_w = b.writer("labels", np.int32)
-        lo, hi = 0, -1
-        for block in tqdm(src.labels(max(1, work // 32)), desc="labels", **bar):
-            block = np.asarray(block)
-            if block.size:
-                lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
-            labels_w.write(block)
-        if labels_w.rows != n:
-            raise DiskgnnError(f"{src.name}: {labels_w.rows} labels for {n} nodes")
-        if lo < -1:
-            raise DiskgnnError(f"{src.name}: negative label {lo} (use -1 for unlabeled nodes)")
-        num_classes = src.num_classes if src.num_classes is not None else hi + 1
-        if hi >= num_classes:
-            raise DiskgnnError(f"{src.name}: label {hi} out of range for {num_classes} classes")
-        b.add("labels", labels_w.close())
-        labels_path = b.tmp / b.files["labels"]["name"]
-
-        def label_blocks():
-            with open(labels_path, "rb") as f:
-                for first in range(0, n, BLOCK):
-                    yield first, np.fromfile(f, dtype="<i4", count=min(BLOCK, n - first))
-
-        split_writers = {s: b.writer(f"{s}_idx", np.int64) for s in SPLITS}
-        given = src.splits()
-        short = []
-        if given is not None and train_fraction is not None:
+    check_disk(out, src, out_dtype, undirected, len(specs))
+    job = _Job(src, out_dtype, budget - defaults.PREPARE_BASE_RSS,
+               dict(disable=None if progress is None else not progress, unit_scale=True, leave=False))
+    given = src.splits()
+    if given is not None:
+        if train_fraction is not None:
             raise UsageError(f"--train-fraction: {src.name} comes with its own train/val/test split")
-        if given is not None:
-            labels_map = np.memmap(labels_path, dtype="<i4", mode="r", shape=(n,))
-            check_given(given, n, lambda ids: labels_map[np.sort(ids)], src.name)
-            del labels_map
-            for s in SPLITS:
-                split_writers[s].write(given[s])
-            split_how = "source"
-        elif split_per_class is not None:
-            short = per_class_split(label_blocks, num_classes, split_per_class, split_seed, split_writers)
-            split_how = f"per-class {split_per_class[0]},{split_per_class[1]} (seed {split_seed})"
-        else:
-            ratio_split(label_blocks, split_ratios, split_seed, split_writers)
-            split_how = "ratios " + ",".join(f"{r:g}" for r in split_ratios) + f" (seed {split_seed})"
-        for s in SPLITS:
-            b.add(f"{s}_idx", split_writers[s].close())
-        phase("labels+splits")
-        if b.files["train_idx"]["shape"][0] == 0:
-            raise DiskgnnError(f"{src.name}: no train nodes (no labeled node was drawn for training)")
-
-        feat_w = b.writer("features", out_dtype, (src.feature_dim,))
-        check_finite = np.issubdtype(out_dtype, np.floating) and not allow_nonfinite
-        for block in tqdm(src.features(feat_rows), desc="features", total=None, **bar):
-            if block.ndim != 2 or block.shape[1] != src.feature_dim:
-                raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")
-            if normalize_features:
-                block = row_normalized(block, feat_w.rows, src.feature_name)
-            with np.errstate(over="ignore", invalid="ignore"):  # reported below as non-finite
-                out_block = block.astype(out_dtype, copy=False)
-            if check_finite and not np.isfinite(out_block).all():
-                row = feat_w.rows + int(np.flatnonzero(~np.isfinite(out_block).all(axis=1))[0])
-                raise DiskgnnError(f"{src.feature_name}: feature row {row} has NaN or inf"
-                                   f"{' after conversion to ' + out_dtype.name if out_dtype != block.dtype else ''}"
-                                   f" (pass --allow-nonfinite to keep such rows)")
-            feat_w.write(out_block)
-        if feat_w.rows != n:
-            raise DiskgnnError(f"{src.name}: {feat_w.rows} feature rows for {n} nodes")
-        b.add("features", feat_w.close())
-        phase("features")
-        quantized = {}
-        for spec in specs:
-            _, files, quantized[spec] = write_quantized(
-                b.tmp / b.files["features"]["name"], out_dtype, n, src.feature_dim, spec, b.tmp, work_bytes=work)
-            for kind, entry in files.items():
-                b.add(kind, entry)
-            phase(f"quantize {spec}")
-
-        csc = CscBuilder(n, b, work, undirected=undirected, self_loops=self_loops,
-                         drop_self_loops=drop_self_loops, edge_count_hint=src.edge_count_hint,
-                         source_name=src.name)
-        for s, d in tqdm(src.edges(max(1024, work // 128)), desc="edges", **bar):
-            csc.add(s, d)
-        phase("edges")
-        num_edges = csc.finish()
-        phase("csc sort")
-
+        how = "source"
+    elif split_per_class is not None:
+        how = f"per-class {split_per_class[0]},{split_per_class[1]} (seed {split_seed})"
+    else:
+        how = "ratios " + ",".join(f"{r:g}" for r in split_ratios) + f" (seed {split_seed})"
+    with DatasetBuilder(out, overwrite=overwrite) as b:
+        num_classes = job.labels(b)  # first: the class count and the drawn splits depend on them
+        short = job.splits(b, num_classes, given, split_per_class, split_ratios, split_seed)
+        job.features(b, normalize_features, allow_nonfinite)
+        quantized = {spec: job.quantized(b, spec) for spec in specs}
+        num_edges, input_edges = job.topology(b, undirected, self_loops, drop_self_loops)
         meta = {
-            "num_nodes": n,
+            "num_nodes": src.num_nodes,
             "num_edges": num_edges,
             "feature_dim": src.feature_dim,
             "feature_dtype": out_dtype.name,
@@ -196,26 +119,159 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
                 "source": src.name,
                 "options": {
                     "undirected": undirected, "self_loops": self_loops, "drop_self_loops": drop_self_loops,
-                    "split": split_how, "allow_nonfinite": allow_nonfinite,
+                    "split": how, "allow_nonfinite": allow_nonfinite,
                     "normalize_features": normalize_features,
-                    "input_edges": csc.input_edges,
+                    "input_edges": input_edges,
                 },
             },
         }
         if isinstance(src, SyntheticSource):
-            meta["synthetic"] = measure(b.staged(meta), src.parameters(), chunk_bytes=work // 2)
-            phase("statistics")
+            meta["synthetic"] = measure(b.staged(meta), src.parameters(), chunk_bytes=job.work // 2)
+            job.phase("statistics")
         path = b.finish(meta)
     if short:
         print(f"prepare: warning: classes {short} have fewer nodes than --split-per-class asks for")
     if report:
-        print(f"prepare: wrote {path} ({n} nodes, {num_edges} edges, {src.feature_dim}-d {out_dtype.name} "
-              f"features, {num_classes} classes) in {time.perf_counter() - t0:.1f} s ("
-              + ", ".join(f"{k} {v:.1f} s" for k, v in phases.items())
+        print(f"prepare: wrote {path} ({src.num_nodes} nodes, {num_edges} edges, {src.feature_dim}-d {out_dtype.name} "
+              f"features, {num_classes} classes) in {time.perf_counter() - job.start:.1f} s ("
+              + ", ".join(f"{k} {v:.1f} s" for k, v in job.phases.items())
               + f"); peak RSS {peak_rss_bytes()} bytes (budget {budget})")
         if "synthetic" in meta:
             print(f"prepare: {describe(meta['synthetic'])}")
     return path
+
+
+def disk_needed(src, out_dtype: np.dtype, undirected: bool, variants: int) -> dict:
+    """The bytes prepare writes at its peak, by part: the features (and at most as much per quantized variant),
+    labels and splits, the topology, and the spill files of its external sort, which coexist with the topology
+    while it is written. Edges: the source's count hint, doubled where made undirected."""
+    n = src.num_nodes
+    edges = src.edge_count_hint * (2 if undirected else 1)
+    index = np.dtype(index_dtype(n)).itemsize
+    features = n * src.feature_dim * out_dtype.itemsize
+    return {"features": features * (1 + variants), "labels and splits": n * (4 + 8),
+            "topology": 8 * (n + 1) + index * edges, "sort spill": 2 * index * edges}
+
+
+def check_disk(out, src, out_dtype: np.dtype, undirected: bool, variants: int) -> None:
+    """Refuses, in one line and before any work, a dataset the file system under `out` cannot hold."""
+    need = disk_needed(src, out_dtype, undirected, variants)
+    parent = Path(out).absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    free = shutil.disk_usage(parent).free
+    total = int(sum(need.values()) * defaults.DISK_HEADROOM)
+    if total > free:
+        raise DiskgnnError(f"--out {out}: needs ~{format_size(total)} of disk ("
+                           + ", ".join(f"{k} {format_size(v)}" for k, v in need.items())
+                           + f"), {format_size(free)} free there")
+
+
+class _Job:
+    """One prepare's phases, each streaming the source in chunks sized from `work` bytes, each timed."""
+
+    def __init__(self, src, out_dtype: np.dtype, work: int, bar: dict):
+        self.src, self.out_dtype, self.work, self.bar = src, out_dtype, work, bar
+        self.start = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def phase(self, name: str) -> None:
+        self.phases[name] = time.perf_counter() - self.start - sum(self.phases.values())
+
+    def labels(self, b: DatasetBuilder) -> int:
+        """labels.bin; returns the class count."""
+        src, n = self.src, self.src.num_nodes
+        writer = b.writer("labels", np.int32)
+        lo, hi = 0, -1
+        for block in tqdm(src.labels(max(1, self.work // 32)), desc="labels", **self.bar):
+            block = np.asarray(block)
+            if block.size:
+                lo, hi = min(lo, int(block.min())), max(hi, int(block.max()))
+            writer.write(block)
+        if writer.rows != n:
+            raise DiskgnnError(f"{src.name}: {writer.rows} labels for {n} nodes")
+        if lo < -1:
+            raise DiskgnnError(f"{src.name}: negative label {lo} (use -1 for unlabeled nodes)")
+        num_classes = src.num_classes if src.num_classes is not None else hi + 1
+        if hi >= num_classes:
+            raise DiskgnnError(f"{src.name}: label {hi} out of range for {num_classes} classes")
+        b.add("labels", writer.close())
+        return num_classes
+
+    def splits(self, b: DatasetBuilder, num_classes: int, given, per_class, ratios, seed: int) -> list:
+        """{train,val,test}_idx.bin: the source's, per class or by ratio; returns the classes short of per_class."""
+        src, n = self.src, self.src.num_nodes
+        labels_path = b.tmp / b.files["labels"]["name"]
+
+        def label_blocks():
+            with open(labels_path, "rb") as f:
+                for first in range(0, n, BLOCK):
+                    yield first, np.fromfile(f, dtype="<i4", count=min(BLOCK, n - first))
+
+        writers = {s: b.writer(f"{s}_idx", np.int64) for s in SPLITS}
+        short = []
+        if given is not None:
+            labels_map = np.memmap(labels_path, dtype="<i4", mode="r", shape=(n,))
+            check_given(given, n, lambda ids: labels_map[np.sort(ids)], src.name)
+            del labels_map
+            for s in SPLITS:
+                writers[s].write(given[s])
+        elif per_class is not None:
+            short = per_class_split(label_blocks, num_classes, per_class, seed, writers)
+        else:
+            ratio_split(label_blocks, ratios, seed, writers)
+        for s in SPLITS:
+            b.add(f"{s}_idx", writers[s].close())
+        self.phase("labels+splits")
+        if b.files["train_idx"]["shape"][0] == 0:
+            raise DiskgnnError(f"{src.name}: no train nodes (no labeled node was drawn for training)")
+        return short
+
+    def features(self, b: DatasetBuilder, normalize: bool, allow_nonfinite: bool) -> None:
+        """features.bin in the stored dtype, rows checked finite (unless allowed) and normalised where asked."""
+        src, dtype = self.src, self.out_dtype
+        writer = b.writer("features", dtype, (src.feature_dim,))
+        check_finite = np.issubdtype(dtype, np.floating) and not allow_nonfinite
+        row_bytes = src.feature_dim * max(src.feature_dtype.itemsize, dtype.itemsize, 4)
+        for block in tqdm(src.features(max(1, self.work // (4 * row_bytes))), desc="features", total=None,
+                          **self.bar):
+            if block.ndim != 2 or block.shape[1] != src.feature_dim:
+                raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")
+            if normalize:
+                block = row_normalized(block, writer.rows, src.feature_name)
+            with np.errstate(over="ignore", invalid="ignore"):  # reported below as non-finite
+                out_block = block.astype(dtype, copy=False)
+            if check_finite and not np.isfinite(out_block).all():
+                row = writer.rows + int(np.flatnonzero(~np.isfinite(out_block).all(axis=1))[0])
+                raise DiskgnnError(f"{src.feature_name}: feature row {row} has NaN or inf"
+                                   f"{' after conversion to ' + dtype.name if dtype != block.dtype else ''}"
+                                   f" (pass --allow-nonfinite to keep such rows)")
+            writer.write(out_block)
+        if writer.rows != src.num_nodes:
+            raise DiskgnnError(f"{src.name}: {writer.rows} feature rows for {src.num_nodes} nodes")
+        b.add("features", writer.close())
+        self.phase("features")
+
+    def quantized(self, b: DatasetBuilder, spec: str) -> dict:
+        """A quantized variant's files from features.bin; returns its fidelity report."""
+        _, files, report = write_quantized(b.tmp / b.files["features"]["name"], self.out_dtype, self.src.num_nodes,
+                                           self.src.feature_dim, spec, b.tmp, work_bytes=self.work)
+        for kind, entry in files.items():
+            b.add(kind, entry)
+        self.phase(f"quantize {spec}")
+        return report
+
+    def topology(self, b: DatasetBuilder, undirected: bool, self_loops: bool, drop_self_loops: bool) -> tuple[int, int]:
+        """indptr.bin and indices.bin (CSC); returns the edge count and the input's."""
+        src = self.src
+        csc = CscBuilder(src.num_nodes, b, self.work, undirected=undirected, self_loops=self_loops,
+                         drop_self_loops=drop_self_loops, edge_count_hint=src.edge_count_hint, source_name=src.name)
+        for s, d in tqdm(src.edges(max(1024, self.work // 128)), desc="edges", **self.bar):
+            csc.add(s, d)
+        self.phase("edges")
+        num_edges = csc.finish()
+        self.phase("csc sort")
+        return num_edges, csc.input_edges
 
 
 def _with_train_fraction(train_fraction, split_ratios, split_per_class):

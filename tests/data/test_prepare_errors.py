@@ -125,7 +125,10 @@ def test_train_fraction_conflicts_are_refused(tmp_path, good):
     assert proc.returncode == 2, proc.stderr
 
 
-def test_no_space_left_on_device(tmp_path, good):
+def test_no_space_left_on_device(tmp_path, good, monkeypatch):
+    """A dataset the disk cannot hold is refused in one line before anything is written, naming what it needs;
+    and where the estimate is passed (an input whose edge count is not known ahead), a write that finds the disk
+    full ends in one line too, with nothing half-written left."""
     if os.geteuid() != 0:
         pytest.skip("mounting a tiny tmpfs to fill needs root")
     mnt = tmp_path / "tiny"
@@ -134,7 +137,15 @@ def test_no_space_left_on_device(tmp_path, good):
         pytest.skip("cannot mount tmpfs here")
     np.save(good / "feat.npy", np.ones((199, 200), dtype=np.float32))  # 160 KB: more than the 64 KiB there
     try:
-        fails(tmp_path, good, match="no space left on device", out=mnt / "ds")
+        line = fails(tmp_path, good, match=f"--out {mnt / 'ds'}: needs ~", out=mnt / "ds")
+        assert "features 155.5 KiB" in line and "KiB free there" in line
+        assert list(mnt.iterdir()) == []
+        from diskgnn.data import prepare as prep
+        from diskgnn.errors import DiskgnnError
+
+        monkeypatch.setattr(prep, "check_disk", lambda *args: None)
+        with pytest.raises(DiskgnnError, match="no space left on device"):
+            prep.prepare(good, mnt / "ds", progress=False)
         assert list(mnt.iterdir()) == []
     finally:
         subprocess.run(["umount", str(mnt)])
