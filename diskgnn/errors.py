@@ -61,19 +61,31 @@ def os_error_line(e: OSError) -> str:
 _interrupted = False
 
 
+def _in_finalizer(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 def _on_sigint(signum, frame):
     global _interrupted
     _interrupted = True
-    raise KeyboardInterrupt
+    # Raised inside a finalizer (ours or a library's, even on its first line), the interrupt would print
+    # "Exception ignored" with a traceback and be dropped; there it is only recorded, and the next
+    # raise_if_interrupted (every step of the long loops) raises it.
+    if not _in_finalizer(frame):
+        raise KeyboardInterrupt
 
 
 def raise_if_interrupted() -> None:
     """Raises KeyboardInterrupt if Ctrl-C was pressed since the command started.
 
-    Python raises the interrupt in whatever code the main thread runs, and a
-    finalizer (any ``__del__``, ours or a library's) that it lands in prints
-    "Exception ignored" and drops it. Loops that run for long call this at
-    each step so that such a Ctrl-C still stops the command.
+    The handler does not raise inside a finalizer (any ``__del__``, ours or a
+    library's), where Python would print "Exception ignored" and drop it. Loops
+    that run for long call this at each step so that such a Ctrl-C still stops
+    the command.
     """
     if _interrupted:
         raise KeyboardInterrupt
