@@ -23,7 +23,8 @@ from diskgnn.train.loop import versions
 
 from ..harness.common import REPO
 from ..harness.output import finish, report_markers, write_json
-from .runs import paired_delta, pm, prepared_or_exit, stats
+from ..harness.seeds import paired_delta, pm, stats
+from .runs import prepared_or_exit
 
 DATASETS = ("amazon_computers", "coauthor_cs")
 SEEDS, EPOCHS, BATCH, RANKS = 10, 60, 128, 2

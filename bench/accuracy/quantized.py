@@ -22,8 +22,9 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.train.loop import versions
 
 from ..harness.output import write_json
+from ..harness.seeds import paired_delta, stats
 from .datasets import DATASETS, SPARSE, SYNTHETIC, dataset_spec, schedule
-from .runs import MODEL, hyperparameters, offline_runs, paired_delta, pool, prepared_or_exit, stats
+from .runs import MODEL, hyperparameters, offline_runs, pool, prepared_or_exit
 
 
 # The quantized study: fp32 and every quantizer of issue 7, each variant fitted with the quantize module's

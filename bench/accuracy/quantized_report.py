@@ -10,7 +10,8 @@ from diskgnn.data.quantize import fidelity
 from ..harness.output import finish
 from .datasets import DATASETS, SPARSE
 from .quantized import MIN_RATIO, QUANT_BOUNDS, QUANT_MARKERS, SPARSE_BOUND
-from .runs import delta_text, pm
+from ..harness.seeds import pm
+from .runs import delta_text
 
 
 def publish(result: dict, md: Path) -> dict:

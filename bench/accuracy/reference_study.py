@@ -16,7 +16,8 @@ from diskgnn.train.loop import versions
 from ..harness.output import finish, report_markers, write_json
 from ..harness.reference import load, reference_train
 from .datasets import DATASETS
-from .runs import HPARAMS, diskgnn_run, hyperparameters, pm, prepared_or_exit, stats, wait_while
+from ..harness.seeds import pm, stats
+from .runs import HPARAMS, diskgnn_run, hyperparameters, prepared_or_exit, wait_while
 
 MODES = ("reference", "offline", "online")
 BOUNDS = {"offline_vs_reference": 1.5, "offline_vs_online": 0.5}  # points of test accuracy, |difference of means|

@@ -4,7 +4,6 @@ process, runs of several settings x seeds (in a pool of processes), and test acc
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing as mp
 import shutil
 import time
@@ -12,14 +11,13 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from diskgnn.data.features import RAW_FEATURES, feature_source
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
 from diskgnn.train.config import TrainConfig
 from diskgnn.train.loop import train
 
+from ..harness.seeds import pm
 from .datasets import prepared
 
 # One set of hyper-parameters for every dataset, model and mode (Kipf & Welling's, 2 layers). A batch of
@@ -131,25 +129,6 @@ def hyperparameters(args, *, memory_budget: bool = True) -> dict:
     hp = {**HPARAMS, "layers": 2, "fanouts": FANOUTS, "batch_size": BATCH_SIZE,
           "host_cache_fraction": args.host_cache_fraction, "backend": BACKEND}
     return {**hp, "memory_budget": MEMORY_BUDGET} if memory_budget else hp
-
-
-def paired_delta(acc: dict, base: dict) -> tuple[float | None, float | None]:
-    """The change of test accuracy against the baseline in points over the seeds both have (seed -> accuracy):
-    its mean and the mean's standard error (None where undefined)."""
-    seeds = sorted(set(acc) & set(base))
-    if not seeds:
-        return None, None
-    diff = 100 * np.array([acc[s] - base[s] for s in seeds])
-    return float(diff.mean()), float(diff.std(ddof=1) / math.sqrt(diff.size)) if diff.size > 1 else None
-
-
-def stats(values: list[float]) -> dict:
-    a = np.asarray(values, dtype=np.float64)
-    return {"mean": float(a.mean()), "std": float(a.std(ddof=1)) if a.size > 1 else 0.0, "n": int(a.size)}
-
-
-def pm(s: dict) -> str:
-    return f"{100 * s['mean']:.2f} ± {100 * s['std']:.2f}"
 
 
 def delta_text(r: dict) -> str:

@@ -13,9 +13,9 @@ from diskgnn.data.format import open_dataset
 from diskgnn.train.loop import versions
 
 from ..harness.output import finish, write_json
+from ..harness.seeds import paired_delta, pm, stats
 from .datasets import DATASETS, SYNTHETIC, dataset_spec, schedule
-from .runs import (BATCH_SIZE, MODEL, delta_text, hyperparameters, offline_runs, paired_delta, pm, pool,
-                   prepared_or_exit, stats)
+from .runs import BATCH_SIZE, MODEL, delta_text, hyperparameters, offline_runs, pool, prepared_or_exit
 
 # The sampler study (issue 22): neighbour sampling against LABOR, with layer dependency and batch dependency κ,
 # GraphSAGE offline, the same seeds; a setting is the TrainConfig fields it sets.

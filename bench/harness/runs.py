@@ -53,7 +53,8 @@ def _failed(name: str, run: dict) -> str:
 
 
 def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host_cache: str,
-            cap: int | None, features: str = "fp32", device: str = "auto", options: tuple[str, ...] = ()) -> dict:
+            cap: int | None, features: str = "fp32", device: str = "auto", options: tuple[str, ...] = (),
+            seed: int = 0) -> dict:
     """One diskgnn.train run (on `features`: fp32 or a stored quantized variant; args.batches None: a
     whole epoch; on `device`, with its GPU utilisation sampled on cuda; `options`: more diskgnn.train
     options); its summary's timings, tiers and memory."""
@@ -63,7 +64,7 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
         ["--eval", "none"]
     argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--model", "sage",
             "--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--hidden", str(args.hidden),
-            "--epochs", str(args.epochs), *evaluate, "--seed", "0", "--lr", str(LR),
+            "--epochs", str(args.epochs), *evaluate, "--seed", str(seed), "--lr", str(LR),
             "--memory-budget", memory_budget, "--host-cache", host_cache, "--workdir", str(work / name),
             "--features", features, "--force-features", "--device", device, "--summary-json", str(summary_path),
             "--no-progress", *options]

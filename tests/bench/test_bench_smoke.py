@@ -32,19 +32,24 @@ def test_offline_bench_smoke(tmp_path):
 
 def test_dependent_bench_smoke(tmp_path):
     """bench.dependent at tiny size, uncapped: neighbour sampling and LABOR with layer dependency at κ 1 and 4,
-    every row filled, and its table and plot written into a report of their own, twice without duplicating."""
+    two seeds each, every row filled with accuracies paired by seed, and its table and plot written into a
+    report of their own, twice without duplicating."""
     from bench import dependent
 
     md = tmp_path / "report.md"
     md.write_text("# notes\n")
     args = ["--smoke", "--no-cap", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "d.json"),
-            "--report", str(md)]
+            "--report", str(md), "--seeds", "2", "--eval-batches", "2"]
     result = dependent.main(args)
     names = [r["setting"] for r in result["rows"]]
     assert names == ["neighbor", "labor + layer dep., κ=1", "labor + layer dep., κ=4"]
     for r in result["rows"]:
         assert "error" not in r, r
         assert r["input_rows"] > 0 and r["first_layer_dst"] > 0 and r["read_bytes"] >= 0
+        assert sorted(r["test_acc"]) == [0, 1] and all(0 <= a <= 1 for a in r["test_acc"].values())
+        assert r["seeds"] == 2 and len(r["val_acc_per_epoch"]) == 2
+    delta = 100 * sum(result["rows"][1]["test_acc"][s] - result["rows"][0]["test_acc"][s] for s in (0, 1)) / 2
+    assert result["rows"][1]["test_delta"] == pytest.approx(delta)
     assert result["rows"][2]["hit_rates"].get("recent", 0) > 0  # κ=4 keeps the last batch's rows
     assert "recent" not in result["rows"][0]["hit_rates"]
     dependent.main(args)
