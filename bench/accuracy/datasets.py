@@ -42,8 +42,8 @@ SPARSE = {
                              "as coauthor_cs, rows divided by their sums (prepare --normalize-features)", 30,
                              normalize_features=True),
 }
-# The dataset `python -m diskgnn.train` trains with no arguments (2M nodes, 128 class-correlated Gaussian
-# features, 16 classes, split 0.1/0.05/0.05 at random), prepared by train's recipe into --workdir rather than
+# The dataset `python -m diskgnn.train` trains with no arguments (W2's power-law graph at 2M nodes: 64 communities,
+# 128 weak class-correlated features, 16 classes, split 0.1/0.05/0.05 at random; until issue 37, W1's uniform graph), prepared by train's recipe into --workdir rather than
 # into $DISKGNN_HOME, which other jobs on this machine use: storing variants rewrites a dataset's manifest.
 SYNTHETIC = "synthetic"
 SYNTHETIC_SPEC = Spec("synthetic", None, "ratios 0.1 / 0.05 / 0.05 (split seed 0)", 3)
