@@ -82,9 +82,10 @@ def trainer(name: str, data: Path, work: Path, args, *, memory_budget: str, host
     shutil.rmtree(work / name, ignore_errors=True)  # its packs: gigabytes on W1
     times = s["epoch_times_s"]
     batches = s["stage_times_s"]["train"]["items"]
-    evaluated = {"val_acc_per_epoch": s["val_acc_per_epoch"], "test_acc": s["test_acc"],
-                 "best_epoch": s["best_epoch"]} if args.eval_batches else {}
+    evaluated = {"val_acc_per_epoch": s["val_acc_per_epoch"], "wall_s_at_val": s["wall_s_at_val"],
+                 "test_acc": s["test_acc"], "best_epoch": s["best_epoch"]} if args.eval_batches else {}
     return {"epoch_s": sum(times) / len(times), "epochs_done": len(times), "train_s_per_epoch": times,
+            "wall_s": s["wall_s"],
             "batches": batches, "per_batch_s": sum(times) / batches, **evaluated,
             "sample_s": s["sample_s"], "pack_s": s["pack_s"], "offline": s["offline"],
             "stage_times_s": s["stage_times_s"],

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import platform
+import time
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,7 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
 
 
 def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
+    started = time.monotonic()  # time to accuracy counts the plan and the first epoch's offline phase too
     run = Run(cfg, group)
     data = run.loader
     ds = data.ds
@@ -108,7 +110,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             model, device_ids=[group.local_rank] if run.device == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     checkpoints = Checkpoints(data.workdir / "checkpoints")
-    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": []}
+    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": [], "wall_s_at_val": []}
     best = {"val_acc": -1.0, "epoch": -1}
     position = EpochState(0)
     resumed = _resume(cfg, checkpoints, model, optimizer, group) if cfg.resume else None
@@ -116,6 +118,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not
         # in them)
         history, best, data.accounting, position = resumed
+        history.setdefault("wall_s_at_val", [None] * len(history["epoch_times_s"]))  # a checkpoint from before it
 
     def save_last(state: EpochState) -> None:
         if group.leader:
@@ -133,6 +136,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             history["epoch_times_s"].append(state.elapsed_s)
             history["train_loss"].append(loss)
             history["val_acc_per_epoch"].append(val)
+            history["wall_s_at_val"].append(time.monotonic() - started)
             data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}")
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
@@ -144,7 +148,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         test = run.evaluate(model, "test")
     finally:
         data.close()
-    return _summary(cfg, run, memory, history, best, test, resumed is not None)
+    return _summary(cfg, run, memory, history, best, test, resumed is not None, time.monotonic() - started)
 
 
 def _ranks(run: Run, memory: AnonPeak) -> dict:
@@ -160,7 +164,7 @@ def _ranks(run: Run, memory: AnonPeak) -> dict:
 
 
 def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: dict, test: float,
-             resumed: bool) -> dict:
+             resumed: bool, wall_s: float) -> dict:
     data = run.loader
     summary = {
         "epoch_times_s": history["epoch_times_s"],
@@ -171,6 +175,10 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "resumed": resumed,
         "train_loss": history["train_loss"],
         "val_acc_per_epoch": history["val_acc_per_epoch"],
+        # Seconds from the command's start (plan and offline phase included) to each epoch's validation, for
+        # time to accuracy; after --resume, the earlier epochs' are the earlier command's.
+        "wall_s_at_val": history["wall_s_at_val"],
+        "wall_s": wall_s,
         "val_acc": best["val_acc"],
         "best_epoch": best["epoch"],
         "test_acc": test,

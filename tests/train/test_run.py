@@ -21,6 +21,10 @@ def test_training_learns_and_the_summary_has_every_field(train_data, tmp_path):
         assert key in on_disk, key
     assert 0 < on_disk["peak_anon_bytes"] <= on_disk["peak_rss_bytes"]
     assert len(summary["epoch_times_s"]) == 3 and summary["test_acc"] > 0.6  # chance: 0.25
+    # time to accuracy: each validation's time from the start, after its epoch's training, before the end
+    at_val = summary["wall_s_at_val"]
+    assert len(at_val) == 3 and at_val == sorted(at_val) and at_val[-1] < summary["wall_s"]
+    assert all(at_val[i] - (at_val[i - 1] if i else 0) >= t for i, t in enumerate(summary["epoch_times_s"]))
     tiers = summary["tiers"]
     assert tiers["host"]["hits"] > 0 and tiers["disk"]["hits"] > 0 and summary["disk_bytes_read"] > 0
     assert set(summary["stage_times_s"]) >= {"sample", "read", "assemble", "train"}
