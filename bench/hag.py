@@ -222,7 +222,8 @@ def train(name: str, data: Path, hag: str, fanouts: str, work: Path, batches: in
 
 
 def table(result: dict) -> str:
-    out = [f"Blocks: W1's first {result['batches']} batches of 1024 seeds, sage, hidden {result['hidden']}; sums "
+    name = Path(result["w1"]).name
+    out = [f"Blocks: {name}'s first {result['batches']} batches of 1024 seeds, sage, hidden {result['hidden']}; sums "
            f"timed with {result['threads']} threads. `{result['command']}`", "",
            "| sampling | rows summed with HAG | agg. nodes / block | search / batch | forward | backward | "
            "aggregation share of a step |", "|---|---|---|---|---|---|---|"]
@@ -230,32 +231,33 @@ def table(result: dict) -> str:
         out.append(f"| {r['setting']} | {r['rows_hag'] / r['rows_plain']:.3f}x | {r['agg_nodes'] / r['blocks']:.1f} | "
                    f"{r['search_s'] / r['batches'] * 1e3:.1f} ms | {r['hag_fwd_s'] / r['plain_fwd_s']:.2f}x | "
                    f"{r['hag_bwd_s'] / max(1e-9, r['plain_bwd_s']):.2f}x | {r['aggregation_share']:.0%} |")
-    out += ["", f"Whole graphs (all nodes' full neighbourhoods as one block, width {result['hidden']}; native kernel "
-            "times, median of runs in turns; \"rewritten\": the HAG's lists with its aggregation rows given):", "",
-            "| graph | edges | rows summed with HAG | agg. nodes | levels | hubs kept | search | forward plain / "
-            "rewritten / HAG | backward plain / rewritten / HAG |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in result["whole"]:
-        ms = lambda d: " / ".join(f"{r[f'{k}_{d}_s'] * 1e3:.1f}" for k in ("plain", "rewritten", "hag"))  # noqa: E731
-        out.append(f"| {r['dataset']} | {r['rows_plain']:,} | {r['rows_hag'] / r['rows_plain']:.3f}x | "
-                   f"{r['agg_nodes']:,} | {r['levels']} | {r['frozen']:,} | {r['search_s']:.1f} s | {ms('fwd')} ms | "
-                   f"{ms('bwd')} ms |")
-    c = result["calibration"]
-    out += ["", f"Cost model constants from these, in mean plain row reads (medians over graphs and directions, "
-            f"range in brackets): a removed read cost s = {c['saved_row_cost']:.2f} "
-            f"[{min(c['saved_row_costs']):.2f}, {max(c['saved_row_costs']):.2f}], an aggregation node "
-            f"a = {c['node_cost']:.2f} [{min(c['node_costs']):.2f}, {max(c['node_costs']):.2f}].", "",
-            f"Layer-wise inference of the test split (sage, hidden {result['hidden']}) through each graph's stored HAG "
-            "(chunks of destinations as stored; the plain run uses the same chunks):", "",
-            "| graph | chunks through a HAG | rows summed | search (once, stored) | inference plain -> HAG | "
-            "max abs. diff | same prediction |", "|---|---|---|---|---|---|---|"]
-    for r in result["inference"]:
-        out.append(f"| {r['dataset']} | {r['chunks_hag']} of {r['chunks']} | {r['rows_hag'] / r['rows_plain']:.3f}x | "
-                   f"{r['search_s']:.1f} s | {r['plain_s'] * 1e3:.0f} -> {r['hag_s'] * 1e3:.0f} ms | "
-                   f"{r['max_abs_diff']:.1e} | {r['same_argmax']:.2%} |")
+    if result["whole"]:  # the real graphs (none with --datasets '')
+        out += ["", f"Whole graphs (all nodes' full neighbourhoods as one block, width {result['hidden']}; native kernel "
+                "times, median of runs in turns; \"rewritten\": the HAG's lists with its aggregation rows given):", "",
+                "| graph | edges | rows summed with HAG | agg. nodes | levels | hubs kept | search | forward plain / "
+                "rewritten / HAG | backward plain / rewritten / HAG |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in result["whole"]:
+            ms = lambda d: " / ".join(f"{r[f'{k}_{d}_s'] * 1e3:.1f}" for k in ("plain", "rewritten", "hag"))  # noqa: E731
+            out.append(f"| {r['dataset']} | {r['rows_plain']:,} | {r['rows_hag'] / r['rows_plain']:.3f}x | "
+                       f"{r['agg_nodes']:,} | {r['levels']} | {r['frozen']:,} | {r['search_s']:.1f} s | {ms('fwd')} ms | "
+                       f"{ms('bwd')} ms |")
+        c = result["calibration"]
+        out += ["", f"Cost model constants from these, in mean plain row reads (medians over graphs and directions, "
+                f"range in brackets): a removed read cost s = {c['saved_row_cost']:.2f} "
+                f"[{min(c['saved_row_costs']):.2f}, {max(c['saved_row_costs']):.2f}], an aggregation node "
+                f"a = {c['node_cost']:.2f} [{min(c['node_costs']):.2f}, {max(c['node_costs']):.2f}].", "",
+                f"Layer-wise inference of the test split (sage, hidden {result['hidden']}) through each graph's stored HAG "
+                "(chunks of destinations as stored; the plain run uses the same chunks):", "",
+                "| graph | chunks through a HAG | rows summed | search (once, stored) | inference plain -> HAG | "
+                "max abs. diff | same prediction |", "|---|---|---|---|---|---|---|"]
+        for r in result["inference"]:
+            out.append(f"| {r['dataset']} | {r['chunks_hag']} of {r['chunks']} | {r['rows_hag'] / r['rows_plain']:.3f}x | "
+                       f"{r['search_s']:.1f} s | {r['plain_s'] * 1e3:.0f} -> {r['hag_s'] * 1e3:.0f} ms | "
+                       f"{r['max_abs_diff']:.1e} | {r['same_argmax']:.2%} |")
     g = result.get("w1_graph")
     if g:
-        out += ["", (f"W1's whole graph, searched under a {g['cap']} cgroup cap: failed: {g['error']}" if "error" in g
-                     else f"W1's whole graph ({g['chunks']} chunks), searched into its stored HAG under a {g['cap']} "
+        out += ["", (f"{name}'s whole graph, searched under a {g['cap']} cgroup cap: failed: {g['error']}" if "error" in g
+                     else f"{name}'s whole graph ({g['chunks']} chunks), searched into its stored HAG under a {g['cap']} "
                           f"cgroup cap: {g['search_s']:.0f} s, peak {g['peak_bytes'] / 2**30:.2f} GiB (page cache "
                           f"included), rows summed {g['rows_hag'] / g['rows_plain']:.4f}x, {g['agg_nodes']:,} "
                           f"aggregation nodes in {g['used']} chunks.")]

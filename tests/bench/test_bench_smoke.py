@@ -241,6 +241,10 @@ def test_hag_bench_smoke(tmp_path):
     assert runs[("cora", "on")]["hag_stats"]["used"] > 0
     hag.main(args)
     assert md.read_text().count(hag.MARKERS[0]) == 1
+    # without real graphs (--datasets ''), as on W2 alone: the table has the sampled blocks and no calibration
+    alone = hag.table({**result, "w1": "/data/w2", "whole": [], "inference": [], "train": [],
+                       "calibration": hag.calibration([])})
+    assert alone.startswith("Blocks: w2's first") and "Cost model constants" not in alone
 
 
 def test_step_bench_smoke(tmp_path):
