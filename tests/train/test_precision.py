@@ -27,6 +27,19 @@ def test_auto_takes_bf16_only_where_the_cpu_computes_it(monkeypatch):
     assert resolve_precision(TrainConfig(precision="fp32"), "cpu") == "fp32"
 
 
+def test_bf16_asked_for_on_a_cpu_without_it_says_what_it_costs(monkeypatch):
+    from types import SimpleNamespace
+
+    from diskgnn.train.run import Run
+
+    run = SimpleNamespace(cfg=TrainConfig(precision="bf16"), precision="bf16", device="cpu")
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    (line,) = Run.precision_lines(run)
+    assert line.startswith("plan: --precision bf16: bf16 (") and "emulated" in line and "auto takes fp32" in line
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+    assert "emulated" not in Run.precision_lines(run)[0]
+
+
 def test_bf16_rows_are_summed_in_float32_and_rounded_once():
     """2^-8 + 2^-8 + ... summed in bf16 would stay at 1 (each add rounds back); in float32 they add up."""
     block = TensorBlock.from_csc(np.array([0, 65]), np.arange(65), 1, 65)
