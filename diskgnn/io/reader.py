@@ -61,13 +61,18 @@ class ReadHandle:
         return self._result
 
     def __del__(self):
-        # Waits without holding the GIL (unlike the native ticket's own destructor). A Ctrl-C is not raised in a
-        # finalizer (errors._on_sigint records it for the loops to raise), so the wait lasts until the read is done.
-        if self._ticket is not None:
+        # Waits without holding the GIL (unlike the native ticket's own destructor, which still waits if this
+        # one is cut short). Under the commands, a Ctrl-C is not raised in a finalizer (errors._on_sigint records
+        # it for the loops); under Python's default handler (the library in a notebook) it may land in the wait,
+        # and the wait goes on until the read is done.
+        while self._ticket is not None:
             try:
                 self._ticket.wait()
+                return
+            except KeyboardInterrupt:
+                continue
             except Exception:
-                pass
+                return
 
 
 class FileReader:
