@@ -120,9 +120,10 @@ class Loader:
         if cfg.eval == "sampled":
             # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
             for split in ("val", "test"):
-                if ds.split(split).size:  # this rank's share of the split's batches (OfflineEpochs.eval_files)
+                seeds = ds.split(split)  # all of them: eval_files keeps this rank's share of their batches
+                if seeds.size:
                     self.eval_files[split] = self.epochs.eval_files(
-                        split, ds.split(split), cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
+                        split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
         self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.zero_copy)
         return plan
 
