@@ -15,7 +15,7 @@ from diskgnn.train.loop import versions
 
 from ..harness.output import finish, report_markers, write_json
 from ..harness.reference import load, reference_train
-from .datasets import DATASETS
+from .datasets import DATASETS, schedule
 from ..harness.seeds import pm, stats
 from .runs import HPARAMS, diskgnn_run, hyperparameters, prepared_or_exit, wait_while
 
@@ -39,7 +39,7 @@ def reference_study(args, names: list[str], models: list[str], work: Path, out: 
     for name in names:
         data = prepared_or_exit(name, args, work)
         ds = open_dataset(data)
-        epochs = args.epochs or DATASETS[name].epochs
+        epochs, _ = schedule(name, args.epochs)
         datasets[name] = {"path": str(data), "nodes": ds.num_nodes, "edges": ds.num_edges,
                           "feature_dim": ds.feature_dim, "classes": ds.num_classes, "epochs": epochs,
                           "split": DATASETS[name].split_note,

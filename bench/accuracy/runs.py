@@ -17,7 +17,6 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.train.config import TrainConfig
 from diskgnn.train.loop import train
 
-from ..harness.seeds import pm
 from .datasets import prepared
 
 # One set of hyper-parameters for every dataset, model and mode (Kipf & Welling's, 2 layers). A batch of

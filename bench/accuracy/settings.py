@@ -33,15 +33,13 @@ SAMPLER_MARKERS = ("<!-- bench.accuracy --study sampler: begin -->", "<!-- bench
 PRECISION_SETTINGS = {"fp32": {}, "bf16": dict(precision="bf16")}
 PRECISION_MARKERS = ("<!-- bench.accuracy --study precision: begin -->",
                      "<!-- bench.accuracy --study precision: end -->")
-# Studies of settings against a baseline (the first setting), paired by seed: their settings and report section.
-SETTINGS_STUDIES = {"sampler": (SAMPLER_SETTINGS, SAMPLER_MARKERS), "precision": (PRECISION_SETTINGS, PRECISION_MARKERS)}
 
 
 def settings_study(args, names: list[str], settings: list[str], work: Path, out: Path, md: Path, info: dict,
                    command: str) -> dict:
     """Every dataset x setting x seed of args.study's settings trained offline (GraphSAGE, the quantized study's
     hyper-parameters); each setting's test accuracy against the baseline's (the first setting), paired by seed."""
-    table, markers = SETTINGS_STUDIES[args.study]
+    table, markers, markdown = SETTINGS_STUDIES[args.study]
     seeds = list(range(args.seeds))
     start = time.perf_counter()
     runs: list[dict] = []
@@ -68,7 +66,7 @@ def settings_study(args, names: list[str], settings: list[str], work: Path, out:
                       "wall_s": time.perf_counter() - start}
             write_json(out, result)  # after every dataset: a long run that stops keeps what it measured
     finish(result, None, table=settings_table(result["aggregate"], settings[0]), report=md, markers=markers,
-           section=lambda _: (sampler_markdown if args.study == "sampler" else precision_markdown)(result))
+           section=lambda _: markdown(result))
     print(f"wrote {md}")
     return result
 
@@ -171,3 +169,9 @@ Datasets:
 
 {dataset_lines(result)}
 """
+
+
+# Studies of settings against a baseline (the first setting), paired by seed: their settings, report section and
+# its renderer.
+SETTINGS_STUDIES = {"sampler": (SAMPLER_SETTINGS, SAMPLER_MARKERS, sampler_markdown),
+                    "precision": (PRECISION_SETTINGS, PRECISION_MARKERS, precision_markdown)}

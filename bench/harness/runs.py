@@ -39,7 +39,7 @@ def _capped(argv: list[str], cap: int | None, timeout: float | None, cold: bool 
     try:
         r = run_capped(argv, cap, timeout=timeout)
     except CapUnavailable as e:
-        raise SystemExit(f"bench.epoch: cannot apply the memory cap: {e}") from None
+        raise SystemExit(f"bench: cannot apply the memory cap: {e}") from None
     return {**info, "returncode": r.returncode, "stdout": r.stdout, "stderr": r.stderr, "cap_bytes": cap,
             "cgroup_peak_bytes": r.peak_bytes, "oom_killed": r.oom_killed, "timed_out": r.timed_out,
             "wall_s": r.wall_s}
