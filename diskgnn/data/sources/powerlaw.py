@@ -43,7 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import UsageError
-from .synthetic import BLOCK, SyntheticSource, check_fraction, stream
+from .synthetic import SyntheticSource, check_fraction, stream
 
 EDGE_BLOCK = 1 << 18
 FEATURE_DECAY = 1.0
@@ -170,8 +170,7 @@ class PowerLawSource(SyntheticSource):
 
     def edges(self, max_edges):
         k_count = self.communities
-        for b in range(-(-self.num_nodes // BLOCK)):
-            ranks = np.arange(b * BLOCK, min(self.num_nodes, (b + 1) * BLOCK), dtype=np.int64)
+        for b, ranks in self._blocks():
             out_deg = stream(self.seed, DEGREES, b).poisson(self.avg_degree / 2 * self.weights(ranks))
             ends = np.cumsum(out_deg)
             ids = self.node_of_rank(ranks)
