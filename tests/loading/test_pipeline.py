@@ -45,7 +45,7 @@ def test_pipeline_user_errors_stay_one_line_and_leaving_early_joins_threads():
     assert not diskgnn_threads()
 
 
-def test_ctrl_c_that_a_finalizer_swallows_still_stops_the_command(capsys, monkeypatch):
+def test_ctrl_c_inside_a_finalizer_still_stops_the_command(capsys, monkeypatch):
     import gc
     import signal
     import sys
@@ -55,7 +55,7 @@ def test_ctrl_c_that_a_finalizer_swallows_still_stops_the_command(capsys, monkey
 
     class InterruptedInFinalizer:
         def __del__(self):
-            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside __del__, and Python drops its error
+            signal.raise_signal(signal.SIGINT)  # the handler runs here, inside __del__, where a raise is dropped
 
     steps = []
 
@@ -66,13 +66,16 @@ def test_ctrl_c_that_a_finalizer_swallows_still_stops_the_command(capsys, monkey
                 InterruptedInFinalizer()
                 gc.collect()
 
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        pytest.skip("pytest runs with its own SIGINT handler here")
-    assert run_cli("train", main) == 130
+    # run_cli installs its handler only over Python's default one; an earlier test or plugin may have left another
+    outer = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert run_cli("train", main) == 130
+    finally:
+        after = signal.signal(signal.SIGINT, outer)
     assert steps == [0, 1, 2], "the loop went on after Ctrl-C"
-    assert swallowed == [KeyboardInterrupt]
+    assert swallowed == [], "the interrupt was raised inside the finalizer, where Python drops it"
     assert capsys.readouterr().err.strip().splitlines()[-1] == "train: interrupted"
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert after is signal.default_int_handler
     assert not diskgnn_threads()
     assert list(Pipeline(range(3), [Stage("sample", lambda x: x)])) == [0, 1, 2], \
         "the interrupt outlived its command and stopped the next pipeline"
