@@ -129,6 +129,8 @@ def loop(name: str, argv: list[str], progress: Path, data: Path, args, cap: int 
     if ends:
         out["val_acc_per_epoch"] = [x["val_acc"] for x in ends]
         out["train_s_per_epoch"] = list(np.diff([0.0] + [x["elapsed_s"] for x in ends]))
+        if all("wall_s" in x for x in ends):
+            out["wall_s_at_val"] = [x["wall_s"] for x in ends]
     if tests:
         out["test_acc"], out["best_epoch"] = tests[-1]["test_acc"], tests[-1]["best_epoch"]
     return out

@@ -15,9 +15,10 @@ RAM first. The topology is GraphBolt's FusedCSCSamplingGraph, in RAM either
 way (GraphBolt 2.1 has no on-disk topology).
 
 Progress protocol (bench.epoch reads it): one flushed JSON line per finished
-batch, one per finished epoch ({"epoch_end", "elapsed_s", "val_acc"}), then
-one with the test accuracy of the best-val epoch's weights. Only training is
-timed; evaluation is not in elapsed_s.
+batch, one per finished epoch ({"epoch_end", "elapsed_s", "val_acc", "wall_s"}),
+then one with the test accuracy of the best-val epoch's weights. elapsed_s
+times training only; wall_s is the process's age after the epoch's
+evaluation (time to accuracy).
 """
 
 from __future__ import annotations
@@ -38,6 +39,14 @@ def disk_read_bytes() -> int:
     cannot import bench)."""
     with open("/proc/self/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (diskgnn.memory's, restated: this venv cannot import diskgnn)."""
+    with open("/proc/self/stat") as f:
+        started_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+    with open("/proc/uptime") as f:
+        return max(0.0, float(f.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def versions() -> dict:
@@ -145,7 +154,7 @@ def train(args) -> dict:
             step += 1
         elapsed += time.perf_counter() - t
         val = accuracy(gb, model, task.validation_set, graph, features, fanouts, args.batch_size)
-        emit({"epoch_end": epoch, "elapsed_s": elapsed, "val_acc": val})
+        emit({"epoch_end": epoch, "elapsed_s": elapsed, "val_acc": val, "wall_s": process_age_s()})
         if val > best["val_acc"]:
             best = {"val_acc": val, "epoch": epoch, "state": copy.deepcopy(model.state_dict())}
     model.load_state_dict(best["state"])

@@ -42,6 +42,7 @@ from bench.harness.workload import add_loop_args
 from diskgnn import defaults
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
+from diskgnn.memory import process_age_s
 from diskgnn.offline.sample import epoch_seeds
 
 PYG_VERSION = "2.8.1"
@@ -329,7 +330,7 @@ def train(args) -> dict:
         if args.eval_nodes:
             val = accuracy(model, data, np.asarray(ds.split("val")[: args.eval_nodes]), fanouts=fanouts,
                            batch_size=args.batch_size)
-            emit({"epoch_end": epoch, "elapsed_s": elapsed, "val_acc": val})
+            emit({"epoch_end": epoch, "elapsed_s": elapsed, "val_acc": val, "wall_s": process_age_s()})
             if val > best["val_acc"]:
                 best = {"val_acc": val, "epoch": epoch, "state": copy.deepcopy(model.state_dict())}
     test = None

@@ -87,7 +87,9 @@ said as such (the naive loop runs {epoch['batches'] or 200} batches: a rate, not
 ### The peers: {work(epoch)}
 
 Test accuracy is the best-val epoch's, on the test split's first {epoch.get('eval_batches', 0) * epoch['batch_size']:,}
-nodes (val likewise), the same nodes for every system; "time to val target" counts training time only. Bars:
+nodes (val likewise), the same nodes for every system; "time to val target" is the wall time from the system's start to
+the end of the first validation at or above the target (conversions made before the run added, each part listed),
+with the training seconds within it. Bars:
 epoch time and bytes read per epoch, the ratio to diskgnn at the same cap above each.
 
 ![peers]({rel}/peers.png)

@@ -24,7 +24,7 @@ from ..build import __version__, native_info
 from ..data.files import write_atomic
 from ..distributed.group import Group, is_group_failure, join, lost
 from ..errors import DiskgnnError, raise_if_interrupted
-from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes
+from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes, process_age_s
 from ..nn.models import GNN
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
@@ -98,7 +98,8 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
 
 
 def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
-    started = time.monotonic()  # time to accuracy counts the plan and the first epoch's offline phase too
+    # time to accuracy counts the imports, the plan and the first epoch's offline phase too
+    started = time.monotonic() - process_age_s()
     run = Run(cfg, group)
     data = run.loader
     ds = data.ds

@@ -1,6 +1,7 @@
 """Tiny runs of the benchmarks, so that they cannot rot (speed is measured in bench/, not here)."""
 
 import json
+import re
 
 import pytest
 
@@ -66,7 +67,7 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     from bench.epoch import CAPPED, UNCAPPED
     from bench.harness.memcap import CapUnavailable, run_capped
     from bench.report.markdown import BEGIN, END, render
-    from bench.report.tables import LABELS
+    from bench.report.tables import LABELS, SHORT
 
     try:
         run_capped(["true"], "256MiB")
@@ -93,6 +94,9 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
         # 2 epochs of 3 batches, evaluated after each on the same nodes, the best epoch's test accuracy
         assert run.get("batches_done", run["batches"]) == 6 and run["epochs_done"] == 2, name
         assert len(run["val_acc_per_epoch"]) == 2 and 0 <= run["test_acc"] <= 1, name
+        # time to accuracy: the process's age at each validation, its imports and training within it
+        wall = run["wall_s_at_val"]
+        assert wall[1] > wall[0] > run["train_s_per_epoch"][0] > 0, name
     assert epoch["uncapped"]["diskgnn_all_cached"]["disk_bytes_read"] == 0
     assert epoch["caps"]["1GiB"]["runs"]["diskgnn"]["cgroup_peak_bytes"] <= 1 << 30
     scaling = json.loads((out / "scaling.json").read_text())
@@ -110,6 +114,8 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     for name in runs:
         assert LABELS[name] in text
     assert "| system | cap | epoch | epochs done | test acc" in text
+    diskgnn_row = next(x for x in text.splitlines() if x.startswith(f"| {SHORT['diskgnn']} | 1GiB |"))
+    assert re.search(r"\*\*[\d.]+ s\*\* \(training [\d.]+ s; sampling [\d.]+ s \+ packing", diskgnn_row), diskgnn_row
     for png in ("epoch", "peers", "scaling", "disk", "stages"):
         assert (out / "bench" / f"{png}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     # Re-rendering into a file with hand-written notes replaces the section only.
