@@ -8,6 +8,8 @@ A dataset is a directory::
     features.bin     feature_dtype[num_nodes, feature_dim], row-major, zero-padded to 4 KiB
     labels.bin       int32[num_nodes], -1 where a node has no label
     train_idx.bin    int64 node ids, and likewise val_idx.bin and test_idx.bin
+    val_edges.bin, test_edges.bin
+                     optional int64[E, 2] (src, dst) held-out edges of an edge split (link prediction)
     features.<spec>.bin, features.<spec>.params.bin
                      optional quantized variants of the features (docs/quantization.md)
 
@@ -52,6 +54,8 @@ FILE_NAMES = {
     "train_idx": "train_idx.bin",
     "val_idx": "val_idx.bin",
     "test_idx": "test_idx.bin",
+    "val_edges": "val_edges.bin",
+    "test_edges": "test_edges.bin",
 }
 SPLITS = ("train", "val", "test")
 FEATURE_DTYPES = ("float32", "float16", "float64", "int8", "uint8")
@@ -186,6 +190,12 @@ class Dataset:
 
     def split(self, name: str) -> np.ndarray:
         return self.array(f"{name}_idx")
+
+    def held_out_edges(self, name: str) -> np.ndarray:
+        """The val or test edges of an edge split, rows (src, dst); the graph holds the train edges."""
+        if "edge_split" not in self.manifest:
+            raise DiskgnnError(f"{self.path}: has no edge split (prepare it with --edge-split TRAIN,VAL,TEST)")
+        return self.array(f"{name}_edges")
 
     @property
     def quantized_specs(self) -> list[str]:

@@ -28,6 +28,7 @@ from ..errors import ArgumentParser, DiskgnnError, UsageError
 from ..memory import peak_rss_bytes
 from ..units import format_size, parse_size
 from .csc import CscBuilder
+from .edge_split import EdgeSplitter, checked_shares, describe_edge_split
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder, index_dtype
 from .graph_stats import describe, measure
 from .quantize.spec import canonical_spec
@@ -64,7 +65,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             split_ratios=(0.1, 0.1, 0.8), split_per_class=None, split_seed: int = 0,
             train_fraction: float | None = None, memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False,
             allow_nonfinite: bool = False, ogb_split: str | None = None, synthetic: dict | None = None,
-            progress: bool | None = None, report: bool = False, quantize=(), normalize_features: bool = False) -> Path:
+            progress: bool | None = None, report: bool = False, quantize=(), normalize_features: bool = False,
+            edge_split=None) -> Path:
     """Converts SOURCE (a path, "synthetic", or a PyTorch Geometric Data object) into a dataset directory OUT
     and returns its path.
 
@@ -75,6 +77,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     `normalize_features` divides each (non-negative) feature row by its sum; all-zero rows stay.
     `train_fraction` F: train takes F of the labeled nodes, val and test `split_ratios`' second and third.
     A synthetic source's graph is measured (graph_stats) into the manifest's `synthetic` key.
+    `edge_split` (TRAIN,VAL,TEST shares, seeded by `split_seed`) holds VAL and TEST of the edges out of the
+    graph, as val_edges and test_edges (diskgnn.data.edge_split).
     """
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
@@ -83,13 +87,14 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
         raise UsageError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
     specs = list(dict.fromkeys(canonical_spec(s, "--quantize") for s in quantize))  # bad specs fail before any work
+    edge_shares = checked_shares(edge_split) if edge_split is not None else None
     src = open_source(source if not isinstance(source, Path) else str(source), format, ogb_split=ogb_split,
                       synthetic=synthetic)
     out_dtype = np.dtype(feature_dtype) if feature_dtype else (
         src.feature_dtype if src.feature_dtype.name in FEATURE_DTYPES else np.dtype(np.float32))
     if out_dtype.name not in FEATURE_DTYPES:
         raise UsageError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
-    check_disk(out, src, out_dtype, undirected, len(specs))
+    check_disk(out, src, out_dtype, undirected, len(specs), edge_shares)
     job = _Job(src, out_dtype, budget - defaults.PREPARE_BASE_RSS,
                dict(disable=None if progress is None else not progress, unit_scale=True, leave=False))
     given = src.splits()
@@ -106,7 +111,9 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         short = job.splits(b, num_classes, given, split_per_class, split_ratios, split_seed)
         job.features(b, normalize_features, allow_nonfinite)
         quantized = {spec: job.quantized(b, spec) for spec in specs}
-        num_edges, input_edges = job.topology(b, undirected, self_loops, drop_self_loops)
+        splitter = None if edge_shares is None else EdgeSplitter(
+            src.num_nodes, edge_shares, split_seed, undirected, b, job.work, src.edge_count_hint, src.name)
+        num_edges, input_edges = job.topology(b, undirected, self_loops, drop_self_loops, splitter)
         meta = {
             "num_nodes": src.num_nodes,
             "num_edges": num_edges,
@@ -115,6 +122,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
             "num_classes": int(num_classes),
             "splits": {s: b.files[f"{s}_idx"]["shape"][0] for s in SPLITS},
             **({"quantized": quantized} if quantized else {}),
+            **({"edge_split": splitter.finish()} if splitter else {}),
             "producer": {
                 "source": src.name,
                 "options": {
@@ -138,24 +146,30 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
               + f"); peak RSS {peak_rss_bytes()} bytes (budget {budget})")
         if "synthetic" in meta:
             print(f"prepare: {describe(meta['synthetic'])}")
+        if splitter:
+            print(f"prepare: {describe_edge_split(meta['edge_split'])}")
     return path
 
 
-def disk_needed(src, out_dtype: np.dtype, undirected: bool, variants: int) -> dict:
+def disk_needed(src, out_dtype: np.dtype, undirected: bool, variants: int, edge_shares=None) -> dict:
     """The bytes prepare writes at its peak, by part: the features (and at most as much per quantized variant),
     labels and splits, the topology, and the spill files of its external sort, which coexist with the topology
-    while it is written. Edges: the source's count hint, doubled where made undirected."""
+    while it is written; with an edge split, the held-out pairs (spilled, then stored). Edges: the source's
+    count hint, doubled where made undirected."""
     n = src.num_nodes
     edges = src.edge_count_hint * (2 if undirected else 1)
     index = np.dtype(index_dtype(n)).itemsize
     features = n * src.feature_dim * out_dtype.itemsize
-    return {"features": features * (1 + variants), "labels and splits": n * (4 + 8),
+    need = {"features": features * (1 + variants), "labels and splits": n * (4 + 8),
             "topology": 8 * (n + 1) + index * edges, "sort spill": 2 * index * edges}
+    if edge_shares is not None:
+        need["held-out edges"] = int(src.edge_count_hint * (1 - edge_shares[0])) * (2 * index + 16)
+    return need
 
 
-def check_disk(out, src, out_dtype: np.dtype, undirected: bool, variants: int) -> None:
+def check_disk(out, src, out_dtype: np.dtype, undirected: bool, variants: int, edge_shares=None) -> None:
     """Refuses, in one line and before any work, a dataset the file system under `out` cannot hold."""
-    need = disk_needed(src, out_dtype, undirected, variants)
+    need = disk_needed(src, out_dtype, undirected, variants, edge_shares)
     parent = Path(out).absolute().parent
     while not parent.exists():
         parent = parent.parent
@@ -261,17 +275,21 @@ class _Job:
         self.phase(f"quantize {spec}")
         return report
 
-    def topology(self, b: DatasetBuilder, undirected: bool, self_loops: bool, drop_self_loops: bool) -> tuple[int, int]:
-        """indptr.bin and indices.bin (CSC); returns the edge count and the input's."""
+    def topology(self, b: DatasetBuilder, undirected: bool, self_loops: bool, drop_self_loops: bool,
+                 splitter: EdgeSplitter | None) -> tuple[int, int]:
+        """indptr.bin and indices.bin (CSC) of the train edges where `splitter` holds some out, else of all;
+        returns the edge count and the input's."""
         src = self.src
         csc = CscBuilder(src.num_nodes, b, self.work, undirected=undirected, self_loops=self_loops,
                          drop_self_loops=drop_self_loops, edge_count_hint=src.edge_count_hint, source_name=src.name)
+        input_edges = 0
         for s, d in tqdm(src.edges(max(1024, self.work // 128)), desc="edges", **self.bar):
-            csc.add(s, d)
+            input_edges += len(s)
+            csc.add(*(splitter.route(s, d) if splitter else (s, d)))
         self.phase("edges")
         num_edges = csc.finish()
         self.phase("csc sort")
-        return num_edges, csc.input_edges
+        return num_edges, input_edges
 
 
 def _with_train_fraction(train_fraction, split_ratios, split_per_class):
@@ -309,7 +327,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train-fraction", type=float, metavar="F",
                    help="train on fraction F of the labeled nodes (papers100M: 0.011), val and test as --split-ratios "
                         "says")
-    p.add_argument("--split-seed", type=int, default=0)
+    p.add_argument("--split-seed", type=int, default=0, help="seeds the drawn node split and the edge split")
+    p.add_argument("--edge-split", metavar="TRAIN,VAL,TEST",
+                   help="link prediction: hold VAL and TEST of the edges out of the graph (e.g. 0.85,0.05,0.1), "
+                        "stored as val_edges and test_edges; the graph keeps the train edges")
     p.add_argument("--memory-budget", default=defaults.MEMORY_BUDGET,
                    help=f"memory the whole run may use (default {defaults.MEMORY_BUDGET})")
     p.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
@@ -362,6 +383,6 @@ def main(argv=None) -> None:
                        label_noise=args.label_noise, degree_exponent=args.degree_exponent)
         if is_synthetic else None,
         progress=False if args.no_progress else None, report=True, quantize=args.quantize,
-        normalize_features=args.normalize_features,
+        normalize_features=args.normalize_features, edge_split=args.edge_split,
     )
 

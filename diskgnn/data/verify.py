@@ -5,7 +5,9 @@ in [0, num_nodes); labels in [-1, num_classes); split ids in range, unique and
 disjoint; features finite unless the dataset was prepared with
 --allow-nonfinite; quantized variants' params load and every code row is
 valid; a synthetic graph's recorded in-degrees and edge homophily are the
-graph's (graph_stats). Every check streams its file in chunks.
+graph's (graph_stats); held-out edges of an edge split are sorted, unique, in
+their split and absent from the graph (edge_split). Every check streams its
+file in chunks.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import numpy as np
 from .. import defaults
 from ..errors import ArgumentParser, DiskgnnError
 from .format import SPLITS, Dataset, check_file_checksum, check_file_sizes, read_manifest
+from .edge_split import check_edge_split, describe_edge_split
 from .graph_stats import describe, recheck
 from .quantize.variants import check_quantized
 
@@ -92,6 +95,8 @@ def verify(path) -> list[str]:
             if not np.isfinite(block).all():
                 bad("features", f"NaN or inf in row {start + int(np.flatnonzero(~np.isfinite(block).all(1))[0])}")
                 break
+    if "edge_split" in m and not problems:
+        problems += check_edge_split(Dataset(path, m), max(1, defaults.VERIFY_CHUNK_BYTES // 16))
     if "synthetic" in m and not problems:  # statistics of a graph already found broken would say nothing more
         problems += recheck(Dataset(path, m), defaults.VERIFY_CHUNK_BYTES)
     # A corrupted params file is named by the checksum loop above already.
@@ -110,4 +115,6 @@ def main(argv=None) -> None:
           f"{len(m['files'])} files, checksums and invariants hold)")
     if "synthetic" in m:
         print(f"verify: {describe(m['synthetic'])}")
+    if "edge_split" in m:
+        print(f"verify: {describe_edge_split(m['edge_split'])}")
 

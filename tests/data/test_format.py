@@ -16,7 +16,7 @@ from conftest import random_graph, run_module, write_npy_dir
 @pytest.fixture
 def dataset(tmp_path):
     src = write_npy_dir(tmp_path / "src", random_graph())
-    return prepare(src, tmp_path / "ds", progress=False)
+    return prepare(src, tmp_path / "ds", progress=False, edge_split=(0.8, 0.1, 0.1))  # every kind of file
 
 
 def test_parse_size():
