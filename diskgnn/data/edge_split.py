@@ -15,11 +15,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import UsageError
+from ..hashing import mix64, unit_interval
 from .csc import PairSorter, checked_ids
 from .format import DatasetBuilder
 
 HELD_OUT = ("val", "test")
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = 0x9E3779B97F4A7C15  # the seed's key: (seed + 1) * GOLDEN, modulo 2^64
 
 
 def checked_shares(shares) -> tuple[float, float, float]:
@@ -39,14 +40,10 @@ def checked_shares(shares) -> tuple[float, float, float]:
 
 
 def pair_shares(u: np.ndarray, v: np.ndarray, num_nodes: int, seed: int) -> np.ndarray:
-    """A number in [0, 1) per pair, uniform and fixed by (u, v, seed): splitmix64 of the pair's key."""
+    """A number in [0, 1) per pair, uniform and fixed by (u, v, seed): the hash of the pair's key u * N + v."""
     with np.errstate(over="ignore"):
-        h = u.astype(np.uint64) * np.uint64(num_nodes) + v.astype(np.uint64)
-        h ^= np.uint64(seed & (2**64 - 1)) * _GOLDEN + _GOLDEN
-        h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        h ^= h >> np.uint64(31)
-    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+        key = u.astype(np.uint64) * np.uint64(num_nodes) + v.astype(np.uint64)
+    return unit_interval(mix64(key, (seed + 1) * GOLDEN))
 
 
 def canonical(src: np.ndarray, dst: np.ndarray, undirected: bool) -> tuple[np.ndarray, np.ndarray]:

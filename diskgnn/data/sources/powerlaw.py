@@ -43,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import UsageError
+from ...hashing import U64, Bijection, mix64, unit_interval
 from .synthetic import SyntheticSource, check_fraction, stream
 
 EDGE_BLOCK = 1 << 18
@@ -50,55 +51,6 @@ FEATURE_DECAY = 1.0
 MIXING_ROWS = 2048  # noise rows mixed at a time: the float64 products of a whole pool would take 2 x 16 MiB more
 # Stream kinds beside synthetic.py's 0-3 and 9.
 DEGREES, EDGES, KEYS = 4, 5, 6
-U64 = np.uint64
-
-
-def mix64(x: np.ndarray, key: int) -> np.ndarray:
-    """splitmix64's finaliser of x + key: a counter-based hash of uint64 values (the arithmetic wraps)."""
-    z = x.astype(U64) + U64(key)
-    z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
-    return z ^ (z >> U64(31))
-
-
-class Bijection:
-    """A seeded pseudo-random permutation of [0, n) and its inverse, vectorised.
-
-    A 4-round Feistel network permutes [0, 4^h), the smallest such range holding n; values that land
-    at n or beyond are sent through it again until they land inside (cycle walking, at most 4 passes
-    on average), which restricts it to a permutation of [0, n)."""
-
-    ROUNDS = 4
-
-    def __init__(self, n: int, seed: int):
-        bits = max(2, (n - 1).bit_length())
-        self.half = U64((bits + 1) // 2)
-        self.mask = U64((1 << int(self.half)) - 1)
-        self.n = n
-        self.keys = [int(k) for k in stream(seed, KEYS, 0).integers(0, 2**63, self.ROUNDS)]
-
-    def _rounds(self, x: np.ndarray, forward: bool) -> np.ndarray:
-        left, right = x >> self.half, x & self.mask
-        for key in (self.keys if forward else self.keys[::-1]):
-            if forward:
-                left, right = right, left ^ (mix64(right, key) & self.mask)
-            else:
-                left, right = right ^ (mix64(left, key) & self.mask), left
-        return (left << self.half) | right
-
-    def _walk(self, x: np.ndarray, forward: bool) -> np.ndarray:
-        x = self._rounds(np.asarray(x).astype(U64), forward)
-        outside = np.flatnonzero(x >= U64(self.n))
-        while outside.size:
-            x[outside] = self._rounds(x[outside], forward)
-            outside = outside[x[outside] >= U64(self.n)]
-        return x.astype(np.int64)
-
-    def __call__(self, x: np.ndarray) -> np.ndarray:
-        return self._walk(x, True)
-
-    def inverse(self, y: np.ndarray) -> np.ndarray:
-        return self._walk(y, False)
 
 
 def feature_mixing(seed: int, dim: int) -> np.ndarray:
@@ -136,7 +88,7 @@ class PowerLawSource(SyntheticSource):
         self.degree_exponent = degree_exponent
         self.b = (degree_exponent - 2) / (degree_exponent - 1)
         self.sizes = (nodes - np.arange(communities, dtype=np.int64) + communities - 1) // communities
-        self.node_of_rank = Bijection(nodes, seed)
+        self.node_of_rank = Bijection(nodes, stream(seed, KEYS, 0).integers(0, 2**63, Bijection.ROUNDS))
         self.noise_keys = [int(k) for k in stream(seed, KEYS, 1).integers(0, 2**63, 2)]
         # Both sides of x = (signal * mu + noise) @ mixing: classes stay as separable as before (the probe whitens
         # them), but the weak directions a first-order optimiser needs converge slowly.
@@ -157,7 +109,7 @@ class PowerLawSource(SyntheticSource):
         node = np.asarray(node, dtype=np.int64)
         label = self.community_of(node) % self.num_classes
         if self.label_noise > 0:
-            flip = (mix64(node, self.noise_keys[0]) >> U64(11)) * 2.0**-53 < self.label_noise
+            flip = unit_interval(mix64(node, self.noise_keys[0])) < self.label_noise
             other = 1 + mix64(node[flip], self.noise_keys[1]) % U64(self.num_classes - 1)
             label[flip] = (label[flip] + other.astype(np.int64)) % self.num_classes
         return label
