@@ -1,14 +1,14 @@
 """The in-memory link-prediction reference (issue 39): PyG's GraphSAGE encoder and a dot (or DistMult) decoder,
-trained full-batch on a dataset prepared with --edge-split, scored with the negatives, losses and metrics
-diskgnn's link task uses (diskgnn.nn.link, diskgnn.offline.negatives).
+trained in memory on a dataset prepared with --edge-split, on the edge batches, negatives, losses and metrics
+diskgnn's link task uses (diskgnn.offline.link_batches, diskgnn.nn.link).
 
-    python -m bench.accuracy.link_reference --data DIR [--seed 0] [--epochs 100] [--loss bce|softmax]
-        [--decoder dot|distmult] [--negatives 100] [--chunk-edges 100] [--degree-fraction 0]
+    python -m bench.accuracy.link_reference --data DIR [--seed 0] [--epochs 100] [--batch-size 4096]
+        [--chunks 10] [--negatives 100] [--degree-fraction 0] [--loss bce|softmax] [--decoder dot|distmult]
         [--eval-negatives 1000] [--all-nodes] [--out FILE.json]
 
-Each epoch is one step: the encoder runs on the whole train graph (the dataset's graph: the split keeps the
-held-out edges out of it), every stored edge but self-loops is a positive (both directions where the graph
-is undirected), and each run of --chunk-edges positives shares --negatives corrupted destinations. After
+Each step takes one of the epoch's edge batches (the train graph's edges in the seed's order: the split keeps
+the held-out edges out of the graph; both directions where it is undirected), runs the encoder on the whole
+train graph and scores the batch's edges against their chunks' --negatives corrupted destinations. After
 each epoch the val edges are ranked; the epoch with the best val MRR gives the test metrics. Evaluation
 ranks each held-out edge's destination against --eval-negatives nodes shared by each chunk of 1,000 edges,
 drawn uniformly from a generator of their own (seed 1), the same for every system and training seed; with
@@ -29,19 +29,18 @@ import torch
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import run_cli
 from diskgnn.nn.link import DECODERS, LOSSES, Decoder, link_loss, ranking_metrics
+from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
 from diskgnn.offline.negatives import chunk_negatives
 
 EVAL_CHUNK_EDGES = 1000
 EVAL_SEED = 1
 
 
-def graph_edges(ds) -> tuple[torch.Tensor, torch.Tensor]:
-    """The train graph's edges (src, dst), the message-passing edge_index, and the positives: its non-loop edges."""
+def graph_edges(ds) -> torch.Tensor:
+    """The train graph's edges (src, dst): the message-passing edge_index."""
     indptr = np.asarray(ds.indptr)
     src = np.asarray(ds.indices, dtype=np.int64)
-    dst = np.repeat(np.arange(ds.num_nodes, dtype=np.int64), np.diff(indptr))
-    edge_index = torch.from_numpy(np.stack([src, dst]))
-    return edge_index, edge_index[:, src != dst]
+    return torch.from_numpy(np.stack([src, np.repeat(np.arange(ds.num_nodes, dtype=np.int64), np.diff(indptr))]))
 
 
 def eval_negatives(num_edges: int, num_nodes: int, per_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -87,33 +86,29 @@ def train(args) -> dict:
 
     start = time.perf_counter()
     ds = open_dataset(args.data)
-    edge_index, positives = graph_edges(ds)
+    edge_index = graph_edges(ds)
     x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
     held = {s: torch.from_numpy(np.array(ds.held_out_edges(s), dtype=np.int64)) for s in ("val", "test")}
     negs = {s: eval_negatives(e.shape[0], ds.num_nodes, args.eval_negatives) for s, e in held.items()}
     known = known_by_source(ds, edge_index) if args.all_nodes else None
     torch.manual_seed(args.seed)
-    rng = np.random.default_rng([args.seed, 3])
     encoder = GraphSAGE(ds.feature_dim, args.hidden, num_layers=2, out_channels=args.hidden, dropout=args.dropout)
     decoder = Decoder(args.decoder, args.hidden)
     optimizer = torch.optim.Adam([*encoder.parameters(), *decoder.parameters()], lr=args.lr)
-    chunks = -(-positives.shape[1] // args.chunk_edges)
+    spec = LinkSpec(args.batch_size, args.chunks, args.negatives, args.degree_fraction)
     best = {"mrr": -1.0}
     history = []
     for epoch in range(args.epochs):
         encoder.train()
-        optimizer.zero_grad()
-        order = torch.from_numpy(rng.permutation(positives.shape[1]))
-        src, dst = positives[:, order]
-        chunk_of, negatives = chunk_negatives(rng, src.numel(), chunks=chunks, per_chunk=args.negatives,
-                                              num_nodes=ds.num_nodes, indices=ds.indices,
-                                              degree_fraction=args.degree_fraction)
-        h = encoder(x, edge_index)
-        pos = decoder(h[src], h[dst])
-        neg = decoder.against(h[src], h[torch.from_numpy(negatives)], torch.from_numpy(chunk_of))
-        loss = link_loss(pos, neg, args.loss)
-        loss.backward()
-        optimizer.step()
+        for batch in LinkEpoch(ds.indptr, ds.indices, spec, seed=args.seed, epoch=epoch):
+            optimizer.zero_grad()
+            h = encoder(x, edge_index)
+            src = h[torch.from_numpy(batch.src)]
+            pos = decoder(src, h[torch.from_numpy(batch.dst)])
+            neg = decoder.against(src, h[torch.from_numpy(batch.negatives)], torch.from_numpy(batch.chunk_of))
+            loss = link_loss(pos, neg, args.loss)
+            loss.backward()
+            optimizer.step()
         encoder.eval()
         with torch.no_grad():
             h = encoder(x, edge_index)
@@ -131,10 +126,10 @@ def train(args) -> dict:
         val = evaluate(h, decoder, held["val"], negs["val"], known)
     return {"system": "pyg_reference", "data": str(args.data), "seed": args.seed, "epochs": args.epochs,
             "best_epoch": best["epoch"], "val": val, "test": test, "history": history,
-            "settings": {k: getattr(args, k) for k in ("loss", "decoder", "negatives", "chunk_edges",
+            "settings": {k: getattr(args, k) for k in ("loss", "decoder", "batch_size", "chunks", "negatives",
                                                          "degree_fraction", "eval_negatives", "hidden", "lr",
                                                          "dropout")},
-            "train_edges": int(positives.shape[1]), "held_out": {s: int(e.shape[0]) for s, e in held.items()},
+            "train_edges": int((edge_index[0] != edge_index[1]).sum()), "held_out": {s: int(e.shape[0]) for s, e in held.items()},
             "seconds": time.perf_counter() - start}
 
 
@@ -148,8 +143,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--dropout", type=float, default=0.0)
     ap.add_argument("--loss", choices=LOSSES, default="bce")
     ap.add_argument("--decoder", choices=DECODERS, default="dot")
-    ap.add_argument("--negatives", type=int, default=100, help="negatives per chunk of --chunk-edges positives")
-    ap.add_argument("--chunk-edges", type=int, default=100)
+    ap.add_argument("--batch-size", type=int, default=4096, help="train edges per step")
+    ap.add_argument("--chunks", type=int, default=10, help="chunks per batch, each sharing its negatives")
+    ap.add_argument("--negatives", type=int, default=100, help="negatives per chunk")
     ap.add_argument("--degree-fraction", type=float, default=0.0)
     ap.add_argument("--eval-negatives", type=int, default=1000)
     ap.add_argument("--all-nodes", action="store_true", help="also rank against every node (small graphs)")

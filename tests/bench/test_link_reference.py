@@ -20,7 +20,7 @@ def linked(tmp_path_factory):
 
 def test_filtered_all_node_ranking_matches_a_loop(linked):
     ds = open_dataset(linked)
-    edge_index, _ = ref.graph_edges(ds)
+    edge_index = ref.graph_edges(ds)
     known = ref.known_by_source(ds, edge_index)
     torch.manual_seed(0)
     h = torch.randn(ds.num_nodes, 4)

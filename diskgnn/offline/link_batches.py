@@ -1,0 +1,75 @@
+"""An epoch's link-prediction batches: the train graph's edges in a seeded order, `batch_size` per batch, each
+batch's negatives shared per chunk of its edges, and the batch's seed nodes (the nodes whose representations
+the batch needs: its edges' endpoints and its negatives).
+
+Everything a batch holds is a function of (seed, epoch, batch index), computed in O(batch) memory from the
+topology's memory maps: the edge order is a keyed permutation of the CSC's edge positions (hashing.Bijection),
+not a shuffled array of every edge, so that a graph of billions of edges orders them in no memory, and the
+offline sampler, the trainer and a peer given the same seed compute the same batch independently. The train
+edges are the graph's (prepare --edge-split keeps the held-out ones out of it): where it is stored
+undirected, each pair is a positive twice, once each way. Self-loops are no positives; a batch drops them, so
+it may hold fewer than `batch_size` edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..hashing import Bijection
+from .negatives import chunk_negatives
+
+
+@dataclass
+class LinkBatch:
+    src: np.ndarray  # int64 [E] global ids: positives src -> dst
+    dst: np.ndarray
+    chunk_of: np.ndarray  # int64 [E], non-decreasing: each edge's chunk
+    negatives: np.ndarray  # int64 [C, K] global ids, shared by a chunk's edges
+    seeds: np.ndarray  # int64, sorted and unique: every node above
+
+    def local(self, ids: np.ndarray) -> np.ndarray:
+        """Positions of global `ids` (all among the seeds) in `seeds`."""
+        return np.searchsorted(self.seeds, ids)
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """How an epoch's edges are batched and corrupted (the --task link options)."""
+
+    batch_size: int
+    chunks: int = 10  # per batch (Marius's num_chunks)
+    negatives: int = 100  # per chunk
+    degree_fraction: float = 0.0
+
+
+class LinkEpoch:
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, spec: LinkSpec, *, seed: int, epoch: int):
+        self.indptr, self.indices, self.spec, self.seed, self.epoch = indptr, indices, spec, seed, epoch
+        self.num_nodes = len(indptr) - 1
+        self.num_edges = int(indptr[-1])
+        keys = np.random.default_rng([seed, 19, epoch]).integers(0, 2**63, Bijection.ROUNDS)
+        self.order = Bijection(max(1, self.num_edges), keys)
+
+    def __len__(self) -> int:
+        return -(-self.num_edges // self.spec.batch_size)
+
+    def __getitem__(self, b: int) -> LinkBatch:
+        if not 0 <= b < len(self):
+            raise IndexError(f"batch {b} of {len(self)}")
+        first = b * self.spec.batch_size
+        positions = self.order(np.arange(first, min(self.num_edges, first + self.spec.batch_size)))
+        by_position = np.argsort(positions)  # memory maps read in order
+        src, dst = np.empty_like(positions), np.empty_like(positions)
+        sorted_positions = positions[by_position]
+        src[by_position] = np.asarray(self.indices[sorted_positions], dtype=np.int64)
+        dst[by_position] = np.searchsorted(np.asarray(self.indptr), sorted_positions, side="right") - 1
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        rng = np.random.default_rng([self.seed, 23, self.epoch, b])
+        chunk_of, negatives = chunk_negatives(rng, src.size, chunks=self.spec.chunks,
+                                              per_chunk=self.spec.negatives, num_nodes=self.num_nodes,
+                                              indices=self.indices, degree_fraction=self.spec.degree_fraction)
+        seeds = np.unique(np.concatenate([src, dst, negatives.ravel()]))
+        return LinkBatch(src, dst, chunk_of, negatives, seeds)
