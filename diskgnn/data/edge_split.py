@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import DiskgnnError, UsageError
 from ..hashing import mix64, unit_interval
 from .csc import PairSorter, checked_ids
 from .format import DatasetBuilder
@@ -57,25 +57,50 @@ def split_of(shares: np.ndarray, ratios) -> np.ndarray:
 
 
 class EdgeSplitter:
-    """Routes chunks of input edges: train edges back to the topology, held-out pairs into their sorters.
+    """Routes chunks of input edges: train edges back to the topology, held-out pairs kept for finish().
 
-    Streaming holds a chunk at a time; finish() sorts after the topology's sort, one sorter after the other,
-    so each may use all of `memory_bytes`."""
+    Drawn (`ratios`): by the pairs' hash, into external sorters; streaming holds a chunk at a time, and
+    finish() sorts after the topology's sort, one sorter after the other, so each may use all of
+    `memory_bytes`. Given (`given`, a source's own val and test edges): those pairs, checked, and any copy of
+    them among the input edges is kept out of the graph (counted in the manifest)."""
 
-    def __init__(self, num_nodes: int, ratios, seed: int, undirected: bool, builder: DatasetBuilder,
-                 memory_bytes: int, edge_count_hint: int, source_name: str):
-        self.num_nodes, self.ratios, self.seed, self.undirected = num_nodes, tuple(ratios), seed, undirected
-        self.builder, self.name = builder, source_name
-        self.sorters = {s: PairSorter(num_nodes, builder.scratch_dir(f"{s}-edges"), memory_bytes,
-                                      int(edge_count_hint * share), source_name)
-                        for s, share in zip(HELD_OUT, self.ratios[1:])}
+    def __init__(self, num_nodes: int, undirected: bool, builder: DatasetBuilder, memory_bytes: int,
+                 edge_count_hint: int, source_name: str, *, ratios=None, seed: int = 0, given=None):
+        self.num_nodes, self.undirected, self.builder, self.name = num_nodes, undirected, builder, source_name
+        self.ratios, self.seed = (tuple(ratios), seed) if given is None else (None, None)
+        self.removed = 0
+        if given is None:
+            self.sorters = {s: PairSorter(num_nodes, builder.scratch_dir(f"{s}-edges"), memory_bytes,
+                                          int(edge_count_hint * share), source_name)
+                            for s, share in zip(HELD_OUT, self.ratios[1:])}
+        else:
+            self.given = {s: self._keys(given[s], f"{source_name}: {s} edges") for s in HELD_OUT}
+            both = np.intersect1d(self.given["val"], self.given["test"])
+            if both.size:
+                u, v = divmod(int(both[0]), num_nodes)
+                raise DiskgnnError(f"{source_name}: edge ({u}, {v}) is both a val and a test edge")
+            self.held = np.union1d(self.given["val"], self.given["test"])
+
+    def _keys(self, edges: np.ndarray, what: str) -> np.ndarray:
+        src, dst = checked_ids(edges[:, 0], edges[:, 1], self.num_nodes, what)
+        loops = np.flatnonzero(src == dst)
+        if loops.size:
+            raise DiskgnnError(f"{what}: ({src[loops[0]]}, {dst[loops[0]]}) is a self-loop (nothing to predict)")
+        u, v = canonical(src.astype(np.int64), dst.astype(np.int64), self.undirected)
+        return np.unique(u * self.num_nodes + v)
 
     def route(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
-        """The chunk's train edges; its held-out pairs are kept for finish()."""
+        """The chunk's train edges."""
         src, dst = checked_ids(src, dst, self.num_nodes, self.name)
         if src.size == 0:
             return src, dst
         u, v = canonical(src, dst, self.undirected)
+        if self.ratios is None:
+            key = u.astype(np.int64) * self.num_nodes + v
+            at = np.minimum(np.searchsorted(self.held, key), max(0, self.held.size - 1))
+            train = self.held[at] != key if self.held.size else np.ones(src.size, dtype=bool)
+            self.removed += int((~train).sum())
+            return src[train], dst[train]
         which = split_of(pair_shares(u, v, self.num_nodes, self.seed), self.ratios)
         which[src == dst] = 0
         for i, s in enumerate(HELD_OUT, start=1):
@@ -89,20 +114,24 @@ class EdgeSplitter:
         """Writes val_edges and test_edges into the dataset; returns the manifest's `edge_split` entry."""
         n = self.num_nodes
         counts = {}
-        for s, sorter in self.sorters.items():
+        for s in HELD_OUT:
             writer = self.builder.writer(f"{s}_edges", np.int64, (2,))
-            for lo, _, key in sorter.ranges():
+            ranges = self.sorters[s].ranges() if self.ratios is not None else [(0, n, self.given[s])]
+            for lo, _, key in ranges:
                 writer.write(np.stack([lo + key // n, key % n], axis=1))
             self.builder.add(f"{s}_edges", writer.close())
             counts[s] = writer.rows
-        return {"ratios": list(self.ratios), "seed": self.seed, "undirected": self.undirected, **counts}
+        how = {"ratios": list(self.ratios), "seed": self.seed} if self.ratios is not None else \
+            {"given": True, "removed_from_graph": self.removed}
+        return {**how, "undirected": self.undirected, **counts}
 
 
 def describe_edge_split(meta: dict) -> str:
     """One line for prepare and verify."""
     pairs = "unordered pairs" if meta["undirected"] else "edges"
-    return (f"edge split {'/'.join(f'{r:g}' for r in meta['ratios'])} (seed {meta['seed']}): {meta['val']:,} val and "
-            f"{meta['test']:,} test {pairs} held out of the graph")
+    how = f"the source's edge split ({meta['removed_from_graph']:,} copies of them removed from the input edges)" \
+        if meta.get("given") else f"edge split {'/'.join(f'{r:g}' for r in meta['ratios'])} (seed {meta['seed']})"
+    return f"{how}: {meta['val']:,} val and {meta['test']:,} test {pairs} held out of the graph"
 
 
 def in_graph(indptr: np.ndarray, indices: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -132,6 +161,10 @@ def check_edge_split(ds, chunk_rows: int) -> list[str]:
     where undirected)."""
     meta = ds.manifest["edge_split"]
     n, problems = ds.num_nodes, []
+    if meta.get("given"):  # no hash says where a pair belongs: val and test must not share one
+        keys = [ds.held_out_edges(s)[:, 0].astype(np.int64) * n + ds.held_out_edges(s)[:, 1] for s in HELD_OUT]
+        if np.intersect1d(*keys).size:
+            problems.append(f"{ds.path}: a pair is both a val and a test edge")
     for i, s in enumerate(HELD_OUT, start=1):
         edges, path = ds.array(f"{s}_edges"), ds.file_path(f"{s}_edges")
         if edges.shape[0] != meta[s]:
@@ -151,7 +184,7 @@ def check_edge_split(ds, chunk_rows: int) -> list[str]:
             if (u == v).any() or (meta["undirected"] and (u > v).any()):
                 problems.append(f"{where} a self-loop or a pair not stored as (min, max)")
                 break
-            if (split_of(pair_shares(u, v, n, meta["seed"]), meta["ratios"]) != i).any():
+            if not meta.get("given") and (split_of(pair_shares(u, v, n, meta["seed"]), meta["ratios"]) != i).any():
                 problems.append(f"{where} a pair that the seed's hash puts in another split")
                 break
             leaked = in_graph(ds.indptr, ds.indices, u, v)

@@ -106,13 +106,17 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
         how = f"per-class {split_per_class[0]},{split_per_class[1]} (seed {split_seed})"
     else:
         how = "ratios " + ",".join(f"{r:g}" for r in split_ratios) + f" (seed {split_seed})"
+    given_edges = src.edge_splits()
+    if given_edges is not None and edge_shares is not None:
+        raise UsageError(f"--edge-split: {src.name} comes with its own val and test edges")
     with DatasetBuilder(out, overwrite=overwrite) as b:
         num_classes = job.labels(b)  # first: the class count and the drawn splits depend on them
         short = job.splits(b, num_classes, given, split_per_class, split_ratios, split_seed)
         job.features(b, normalize_features, allow_nonfinite)
         quantized = {spec: job.quantized(b, spec) for spec in specs}
-        splitter = None if edge_shares is None else EdgeSplitter(
-            src.num_nodes, edge_shares, split_seed, undirected, b, job.work, src.edge_count_hint, src.name)
+        splitter = None if edge_shares is None and given_edges is None else EdgeSplitter(
+            src.num_nodes, undirected, b, job.work, src.edge_count_hint, src.name, ratios=edge_shares,
+            seed=split_seed, given=given_edges)
         num_edges, input_edges = job.topology(b, undirected, self_loops, drop_self_loops, splitter)
         meta = {
             "num_nodes": src.num_nodes,

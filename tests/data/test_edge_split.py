@@ -145,3 +145,33 @@ def test_pair_shares_are_uniform_and_seeded():
     assert 0 <= p.min() and p.max() < 1 and abs(p.mean() - 0.5) < 0.005
     assert np.histogram(p, bins=10, range=(0, 1))[0].min() > 9_500
     assert np.corrcoef(p, pair_shares(u, v, 100_000, 1))[0, 1] < 0.01
+
+
+def test_a_sources_own_edge_split_is_kept_and_its_edges_leave_the_graph(tmp_path, capsys):
+    n = 199
+    src, dst = awkward_edges(n, 1500, 5)
+    data = npy_source(tmp_path, n, src, dst)
+    val = np.array([[src[100], dst[100]], [dst[100], src[100]], [3, 4]])  # an input edge, its reverse, a new one
+    val = val[val[:, 0] != val[:, 1]]
+    test = np.array([[10, 11], [12, 13]]).T  # (2, E) is read too
+    np.save(data / "val_edges.npy", val)
+    np.save(data / "test_edges.npy", test)
+    out = prepare(str(data), tmp_path / "ds", undirected=True, progress=False, report=True)
+    ds = open_dataset(out)
+    assert "the source's edge split" in capsys.readouterr().out
+    canon = {(min(a, b), max(a, b)) for a, b in val.tolist()}
+    assert {tuple(r) for r in ds.held_out_edges("val").tolist()} == canon
+    assert ds.held_out_edges("test").tolist() == [[10, 12], [11, 13]]
+    assert not graph_pairs(ds, True) & (canon | {(10, 12), (11, 13)})
+    inputs = {(min(a, b), max(a, b)) for a, b in zip(src.tolist(), dst.tolist())}
+    assert graph_pairs(ds, True) == inputs - canon - {(10, 12), (11, 13)}
+    assert ds.manifest["edge_split"]["given"] and verify(out) == []
+    with pytest.raises(UsageError, match="comes with its own val and test edges"):
+        prepare(str(data), tmp_path / "again", edge_split=(0.8, 0.1, 0.1), progress=False)
+    np.save(data / "test_edges.npy", np.array([[3, 4]]))
+    with pytest.raises(DiskgnnError, match=r"edge \(3, 4\) is both a val and a test edge"):
+        prepare(str(data), tmp_path / "both", undirected=True, progress=False)
+    np.save(data / "test_edges.npy", np.array([[7, 7]]))
+    with pytest.raises(DiskgnnError, match=r"test edges: \(7, 7\) is a self-loop"):
+        prepare(str(data), tmp_path / "loop", undirected=True, progress=False)
+    assert not (tmp_path / "again").exists() and not (tmp_path / "both").exists()

@@ -49,6 +49,11 @@ class Source:
         """Node ids of train/val/test when the source defines them, else None."""
         return None
 
+    def edge_splits(self) -> dict[str, np.ndarray] | None:
+        """Held-out val and test edges, int64 [E, 2] rows (src, dst), when the source ships a link split (its
+        edges() are then the train graph's), else None."""
+        return None
+
 
 class NpyArray:
     """A .npy file read in slices with plain reads (no mmap, so RSS stays small).

@@ -2,7 +2,9 @@
 
 Files: edge_index.npy (2 x E or E x 2, src -> dst) or indptr.npy + indices.npy
 (CSC: in-neighbours of v are indices[indptr[v]:indptr[v+1]]); feat.npy (N x D)
-or feat.zarr; labels.npy (N); optional train_idx.npy, val_idx.npy, test_idx.npy.
+or feat.zarr; labels.npy (N); optional train_idx.npy, val_idx.npy, test_idx.npy;
+optional val_edges.npy, test_edges.npy (E x 2 or 2 x E): a link split of the
+source's own, edge_index (or the CSC) then being the train graph.
 """
 
 from __future__ import annotations
@@ -127,6 +129,22 @@ class NpySource(Source):
 
     def splits(self):
         return read_split_files(self.dir)
+
+    def edge_splits(self):
+        found = {s: self.dir / f"{s}_edges.npy" for s in ("val", "test")}
+        if not any(p.exists() for p in found.values()):
+            return None
+        out = {}
+        for s, p in found.items():
+            if not p.exists():
+                out[s] = np.empty((0, 2), dtype=np.int64)
+                continue
+            a = _int_array(NpyArray(p), "edge ids")
+            if len(a.shape) != 2 or 2 not in a.shape:
+                raise DiskgnnError(f"{p}: held-out edges must have shape (E, 2) or (2, E), found {a.shape}")
+            edges = a.load().astype(np.int64)
+            out[s] = np.ascontiguousarray(edges.T if a.shape[0] == 2 and a.shape[1] != 2 else edges)
+        return out
 
 
 def edge_index_chunks(edge_index: NpyArray, max_edges: int):
