@@ -10,10 +10,10 @@ Each step takes one of the epoch's edge batches (the train graph's edges in the 
 the held-out edges out of the graph; both directions where it is undirected), runs the encoder on the whole
 train graph and scores the batch's edges against their chunks' --negatives corrupted destinations. After
 each epoch the val edges are ranked; the epoch with the best val MRR gives the test metrics. Evaluation
-ranks each held-out edge's destination against --eval-negatives nodes shared by each chunk of 1,000 edges,
-drawn uniformly from a generator of their own (seed 1), the same for every system and training seed; with
---all-nodes, against every node too, filtered: the source's other known edges (train, val, test) are not
-negatives. The last line printed is the result as JSON.
+ranks each held-out edge's destination against the --eval-negatives nodes its eval batch shares (diskgnn's
+held-out batches: 1,000 edges each, negatives drawn uniformly from a stream of their own, the same for every
+system and training seed); with --all-nodes, against every node too, filtered: the source's other known
+edges (train, val, test) are not negatives. The last line printed is the result as JSON.
 """
 
 from __future__ import annotations
@@ -28,26 +28,14 @@ import torch
 
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import run_cli
-from diskgnn.nn.link import DECODERS, LOSSES, Decoder, link_loss, ranking_metrics
+from diskgnn.nn.link import DECODERS, LOSSES, Decoder, link_loss, metrics_of, rank_sums
 from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
-from diskgnn.offline.negatives import chunk_negatives
-
-EVAL_CHUNK_EDGES = 1000
-EVAL_SEED = 1
-
 
 def graph_edges(ds) -> torch.Tensor:
     """The train graph's edges (src, dst): the message-passing edge_index."""
     indptr = np.asarray(ds.indptr)
     src = np.asarray(ds.indices, dtype=np.int64)
     return torch.from_numpy(np.stack([src, np.repeat(np.arange(ds.num_nodes, dtype=np.int64), np.diff(indptr))]))
-
-
-def eval_negatives(num_edges: int, num_nodes: int, per_chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
-    chunks = -(-num_edges // EVAL_CHUNK_EDGES)
-    chunk_of, negs = chunk_negatives(np.random.default_rng(EVAL_SEED), num_edges, chunks=chunks,
-                                     per_chunk=per_chunk, num_nodes=num_nodes)
-    return torch.from_numpy(chunk_of), torch.from_numpy(negs)
 
 
 def known_by_source(ds, edge_index: torch.Tensor) -> dict[int, np.ndarray]:
@@ -60,24 +48,24 @@ def known_by_source(ds, edge_index: torch.Tensor) -> dict[int, np.ndarray]:
     return {int(u): pairs[starts[u]:starts[u + 1], 1] for u in np.unique(pairs[:, 0])}
 
 
-def evaluate(h: torch.Tensor, decoder: Decoder, edges: torch.Tensor, negs, known=None) -> dict:
-    """Metrics of the held-out `edges` [E, 2] against their chunks' sampled negatives, and with `known`,
-    against every node, filtered."""
-    src, dst = h[edges[:, 0]], h[edges[:, 1]]
-    pos = decoder(src, dst)
-    chunk_of, negatives = negs
-    out = ranking_metrics(pos, decoder.against(src, h[negatives], chunk_of))
-    if known is not None:
-        ranks = []
-        for a in range(0, edges.shape[0], 512):
-            e = edges[a:a + 512]
-            scores = decoder.against(src[a:a + 512], h[None], torch.zeros(e.shape[0], dtype=torch.long))
-            for row, (u, v) in enumerate(e.tolist()):
-                mask = known[u][known[u] != v]
-                scores[row, mask] = -torch.inf
+def evaluate(h: torch.Tensor, decoder: Decoder, batches: LinkEpoch, known=None) -> dict:
+    """Metrics of a split's held-out edges against their eval batches' sampled negatives (diskgnn's eval
+    batches), and with `known`, the MRR against every node, filtered."""
+    sums, all_nodes = {}, 0.0
+    for batch in batches:
+        src = h[torch.from_numpy(batch.src)]
+        pos = decoder(src, h[torch.from_numpy(batch.dst)])
+        neg = decoder.against(src, h[torch.from_numpy(batch.negatives)], torch.from_numpy(batch.chunk_of))
+        sums = {k: sums.get(k, 0) + v for k, v in rank_sums(pos, neg).items()}
+        if known is not None:
+            scores = src @ (h * decoder.relation if decoder.relation is not None else h).T
+            for row, (u, v) in enumerate(zip(batch.src.tolist(), batch.dst.tolist())):
+                scores[row, known[u][known[u] != v]] = -torch.inf
                 scores[row, v] = -torch.inf  # the positive itself is not its own negative
-            ranks.append(ranking_metrics(pos[a:a + 512], scores)["mrr"] * e.shape[0])
-        out["all_nodes_mrr"] = sum(ranks) / max(1, edges.shape[0])
+            all_nodes += rank_sums(pos, scores)["mrr"]
+    out = metrics_of(sums)
+    if known is not None:
+        out["all_nodes_mrr"] = all_nodes / max(1, sums.get("edges", 0))
     return out
 
 
@@ -88,8 +76,8 @@ def train(args) -> dict:
     ds = open_dataset(args.data)
     edge_index = graph_edges(ds)
     x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
-    held = {s: torch.from_numpy(np.array(ds.held_out_edges(s), dtype=np.int64)) for s in ("val", "test")}
-    negs = {s: eval_negatives(e.shape[0], ds.num_nodes, args.eval_negatives) for s, e in held.items()}
+    held = {s: LinkEpoch.held_out(ds.held_out_edges(s), ds.indptr, ds.indices, negatives=args.eval_negatives,
+                                  split_key=k) for k, s in enumerate(("val", "test"))}
     known = known_by_source(ds, edge_index) if args.all_nodes else None
     torch.manual_seed(args.seed)
     encoder = GraphSAGE(ds.feature_dim, args.hidden, num_layers=2, out_channels=args.hidden, dropout=args.dropout)
@@ -112,7 +100,7 @@ def train(args) -> dict:
         encoder.eval()
         with torch.no_grad():
             h = encoder(x, edge_index)
-            val = evaluate(h, decoder, held["val"], negs["val"])
+            val = evaluate(h, decoder, held["val"])
         history.append({"epoch": epoch, "loss": float(loss.detach()), **val})
         if val["mrr"] > best["mrr"]:
             best = {**val, "epoch": epoch, "state": (copy.deepcopy(encoder.state_dict()),
@@ -122,14 +110,14 @@ def train(args) -> dict:
     encoder.eval()
     with torch.no_grad():
         h = encoder(x, edge_index)
-        test = evaluate(h, decoder, held["test"], negs["test"], known)
-        val = evaluate(h, decoder, held["val"], negs["val"], known)
+        test = evaluate(h, decoder, held["test"], known)
+        val = evaluate(h, decoder, held["val"], known)
     return {"system": "pyg_reference", "data": str(args.data), "seed": args.seed, "epochs": args.epochs,
             "best_epoch": best["epoch"], "val": val, "test": test, "history": history,
             "settings": {k: getattr(args, k) for k in ("loss", "decoder", "batch_size", "chunks", "negatives",
                                                          "degree_fraction", "eval_negatives", "hidden", "lr",
                                                          "dropout")},
-            "train_edges": int((edge_index[0] != edge_index[1]).sum()), "held_out": {s: int(e.shape[0]) for s, e in held.items()},
+            "train_edges": int((edge_index[0] != edge_index[1]).sum()), "held_out": {s: e.num_edges for s, e in held.items()},
             "seconds": time.perf_counter() - start}
 
 

@@ -1,5 +1,5 @@
 """Link prediction's head: decoders that score (src, dst) pairs, the losses over positives and negatives, and
-the ranking metrics (MRR, Hits@k, AUC) every system is held to.
+the ranking metrics (MRR, Hits@k, AUC against each edge's own negatives) every system is held to.
 
 Scores come from node representations (a GNN's outputs, or learnable embeddings):
 `dot` is <h_s, h_d>; `distmult` is <h_s, r * h_d> with r a learned vector
@@ -70,28 +70,22 @@ def ranks(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
     return 1 + above + tied / 2
 
 
-def auc(pos: torch.Tensor, neg: torch.Tensor) -> float:
-    """The chance that a positive outscores a negative, ties counted half, over every (positive, negative)
-    pair of the pooled scores (the Mann-Whitney statistic, from average ranks)."""
-    if torch.isnan(pos).any() or torch.isnan(neg).any():
-        return float("nan")
-    scores = torch.cat([pos.reshape(-1), neg[neg != -torch.inf].reshape(-1)]).double()
-    n_pos, n_neg = pos.numel(), scores.numel() - pos.numel()
-    if n_pos == 0 or n_neg == 0:
-        return float("nan")
-    order = torch.argsort(scores)
-    _, inverse, counts = torch.unique(scores[order], return_inverse=True, return_counts=True)
-    last = torch.cumsum(counts, 0).double()
-    average = (last - (counts.double() - 1) / 2)[inverse]  # 1-based average rank of each sorted score
-    rank = torch.empty_like(average)
-    rank[order] = average
-    return float((rank[:n_pos].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+def rank_sums(pos: torch.Tensor, neg: torch.Tensor) -> dict:
+    """Sums over a batch of edges, to be added up over batches (and ranks) and divided by "edges": reciprocal
+    ranks, hits at each k, and each edge's AUC against its own negatives, 1 - (rank - 1) / K with K its
+    negatives that are not masked out (the chance that it outscores one of them, ties half)."""
+    r = ranks(pos, neg)
+    k = (neg != -torch.inf).sum(1).clamp(min=1).double()
+    return {"edges": pos.numel(), "mrr": float((1 / r).sum()),
+            **{f"hits@{k_}": float((r <= k_).double().sum()) for k_ in HITS_AT}, "auc": float((1 - (r - 1) / k).sum())}
+
+
+def metrics_of(sums: dict) -> dict:
+    """rank_sums' totals as means; NaN over no edges."""
+    n = sums.get("edges", 0)
+    return {m: (sums[m] / n if n else float("nan")) for m in ("mrr", *(f"hits@{k}" for k in HITS_AT), "auc")}
 
 
 def ranking_metrics(pos: torch.Tensor, neg: torch.Tensor) -> dict:
-    """MRR, Hits@1 and Hits@10 of each positive against its row of negatives, and the AUC; on no edges, NaN."""
-    if pos.numel() == 0:
-        return {"mrr": float("nan"), **{f"hits@{k}": float("nan") for k in HITS_AT}, "auc": float("nan")}
-    r = ranks(pos, neg)
-    return {"mrr": float((1 / r).mean()), **{f"hits@{k}": float((r <= k).double().mean()) for k in HITS_AT},
-            "auc": auc(pos, neg)}
+    """MRR, Hits@1, Hits@10 and AUC of each positive against its row of negatives, averaged over edges."""
+    return metrics_of(rank_sums(pos, neg))

@@ -44,32 +44,74 @@ class LinkSpec:
     degree_fraction: float = 0.0
 
 
+EVAL_CHUNK_EDGES = 1000  # held-out edges per eval batch, all sharing its negatives
+EVAL_SEED = 1  # the eval negatives' own stream: the same for every training seed and every system
+
+
 class LinkEpoch:
+    """An epoch's train batches (`LinkEpoch(indptr, indices, spec, seed=, epoch=)`), or a split's held-out
+    edges in eval batches (`LinkEpoch.held_out`): a sequence of LinkBatch."""
+
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, spec: LinkSpec, *, seed: int, epoch: int):
-        self.indptr, self.indices, self.spec, self.seed, self.epoch = indptr, indices, spec, seed, epoch
+        self.indptr, self.indices, self.spec = indptr, indices, spec
         self.num_nodes = len(indptr) - 1
         self.num_edges = int(indptr[-1])
+        self.keys = (seed, 23, epoch)
+        self.held = None
         keys = np.random.default_rng([seed, 19, epoch]).integers(0, 2**63, Bijection.ROUNDS)
         self.order = Bijection(max(1, self.num_edges), keys)
+
+    @classmethod
+    def held_out(cls, edges: np.ndarray, indptr: np.ndarray, indices: np.ndarray, *, negatives: int,
+                 split_key: int) -> "LinkEpoch":
+        """`edges` [E, 2] in their stored order, EVAL_CHUNK_EDGES a batch, each batch one chunk of `negatives`
+        uniform nodes drawn from (EVAL_SEED, split_key, batch)."""
+        self = cls.__new__(cls)
+        self.indptr, self.indices, self.held = indptr, indices, edges
+        self.spec = LinkSpec(EVAL_CHUNK_EDGES, chunks=1, negatives=negatives)
+        self.num_nodes, self.num_edges = len(indptr) - 1, len(edges)
+        self.keys = (EVAL_SEED, 29, split_key)
+        return self
 
     def __len__(self) -> int:
         return -(-self.num_edges // self.spec.batch_size)
 
-    def __getitem__(self, b: int) -> LinkBatch:
-        if not 0 <= b < len(self):
-            raise IndexError(f"batch {b} of {len(self)}")
-        first = b * self.spec.batch_size
-        positions = self.order(np.arange(first, min(self.num_edges, first + self.spec.batch_size)))
+    def _edges(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.held is not None:
+            rows = np.asarray(self.held[first:stop], dtype=np.int64)
+            return rows[:, 0], rows[:, 1]
+        positions = self.order(np.arange(first, stop))
         by_position = np.argsort(positions)  # memory maps read in order
         src, dst = np.empty_like(positions), np.empty_like(positions)
         sorted_positions = positions[by_position]
         src[by_position] = np.asarray(self.indices[sorted_positions], dtype=np.int64)
         dst[by_position] = np.searchsorted(np.asarray(self.indptr), sorted_positions, side="right") - 1
         keep = src != dst
-        src, dst = src[keep], dst[keep]
-        rng = np.random.default_rng([self.seed, 23, self.epoch, b])
+        return src[keep], dst[keep]
+
+    def __getitem__(self, b: int) -> LinkBatch:
+        if not 0 <= b < len(self):
+            raise IndexError(f"batch {b} of {len(self)}")
+        first = b * self.spec.batch_size
+        src, dst = self._edges(first, min(self.num_edges, first + self.spec.batch_size))
+        rng = np.random.default_rng([*self.keys, b])
         chunk_of, negatives = chunk_negatives(rng, src.size, chunks=self.spec.chunks,
                                               per_chunk=self.spec.negatives, num_nodes=self.num_nodes,
                                               indices=self.indices, degree_fraction=self.spec.degree_fraction)
         seeds = np.unique(np.concatenate([src, dst, negatives.ravel()]))
         return LinkBatch(src, dst, chunk_of, negatives, seeds)
+
+    def seeds(self) -> "_Seeds":
+        """The batches' seed nodes as a sequence (sample_epoch's `batches`), each computed when asked for."""
+        return _Seeds(self)
+
+
+class _Seeds:
+    def __init__(self, batches: LinkEpoch):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        return self.batches[b].seeds

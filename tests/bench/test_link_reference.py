@@ -8,6 +8,7 @@ from bench.accuracy import link_reference as ref
 from diskgnn.data.format import open_dataset
 from diskgnn.data.prepare import prepare
 from diskgnn.nn.link import Decoder
+from diskgnn.offline.link_batches import LinkEpoch
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,8 @@ def test_filtered_all_node_ranking_matches_a_loop(linked):
     torch.manual_seed(0)
     h = torch.randn(ds.num_nodes, 4)
     test = torch.from_numpy(np.array(ds.held_out_edges("test"), dtype=np.int64))
-    got = ref.evaluate(h, Decoder("dot", 4), test, ref.eval_negatives(test.shape[0], ds.num_nodes, 50), known)
+    batches = LinkEpoch.held_out(ds.held_out_edges("test"), ds.indptr, ds.indices, negatives=50, split_key=1)
+    got = ref.evaluate(h, Decoder("dot", 4), batches, known)
     true = {(a, b) for a, b in edge_index.T.tolist()}
     for s in ("val", "test"):
         for a, b in np.asarray(ds.held_out_edges(s)).tolist():

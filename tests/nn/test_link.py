@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from diskgnn.nn.link import Decoder, auc, link_loss, ranking_metrics, ranks
+from diskgnn.nn.link import Decoder, link_loss, metrics_of, rank_sums, ranking_metrics, ranks
 from diskgnn.offline.negatives import chunk_negatives
 
 
@@ -15,8 +15,9 @@ def loop_rank(p, row):
 
 
 def loop_auc(pos, neg):
-    pairs = [(p, n) for p in pos for n in neg]
-    return sum(1.0 if p > n else 0.5 if p == n else 0.0 for p, n in pairs) / len(pairs)
+    """Each positive's chance to outscore one of its own negatives (ties half), averaged over positives."""
+    return np.mean([sum(1.0 if p > n else 0.5 if p == n else 0.0 for n in row) / len(row)
+                    for p, row in zip(pos, neg)])
 
 
 @pytest.mark.parametrize("edges,k", [(1, 1), (1, 7), (199, 13), (64, 100)])
@@ -30,7 +31,9 @@ def test_ranks_auc_and_hits_match_loops_with_ties(edges, k):
     assert m["mrr"] == pytest.approx(np.mean([1 / r for r in want]))
     assert m["hits@1"] == pytest.approx(np.mean([r <= 1 for r in want]))
     assert m["hits@10"] == pytest.approx(np.mean([r <= 10 for r in want]))
-    assert m["auc"] == pytest.approx(loop_auc(pos.tolist(), neg.reshape(-1).tolist()))
+    assert m["auc"] == pytest.approx(loop_auc(pos.tolist(), neg.tolist()))
+    halves = [rank_sums(pos[:a], neg[:a]) for a in (edges // 2,)] + [rank_sums(pos[edges // 2:], neg[edges // 2:])]
+    assert metrics_of({k: halves[0][k] + halves[1][k] for k in halves[0]}) == pytest.approx(m)  # sums add up
 
 
 def test_metrics_of_no_edges_are_nan_and_masked_negatives_do_not_count():
@@ -38,11 +41,11 @@ def test_metrics_of_no_edges_are_nan_and_masked_negatives_do_not_count():
     assert all(math.isnan(v) for v in m.values())
     pos, neg = torch.tensor([1.0]), torch.tensor([[2.0, -math.inf, 0.0]])
     assert ranks(pos, neg).tolist() == [2.0]
-    assert auc(pos, neg) == pytest.approx(0.5)  # above 0.0, below 2.0; the masked one is not a negative
+    assert ranking_metrics(pos, neg)["auc"] == pytest.approx(0.5)  # above 0.0, below 2.0; the masked one is none
     # a diverged model's NaN scores rank its positives last, not first
     nan = torch.tensor([math.nan, 1.0])
     assert ranks(nan, torch.tensor([[0.0, 0.0], [math.nan, 0.0]])).tolist() == [3.0, 2.0]
-    assert math.isnan(auc(nan, torch.zeros(2, 2)))
+    assert ranking_metrics(nan[:1], torch.zeros(1, 2))["auc"] == 0.0
 
 
 def test_losses_match_their_formulas():

@@ -58,3 +58,20 @@ def test_batches_are_a_function_of_seed_epoch_and_index(graph):
 def test_an_edgeless_graph_has_no_batches():
     assert len(LinkEpoch(np.zeros(4, dtype=np.int64), np.zeros(0, dtype=np.int32), LinkSpec(8), seed=0,
                          epoch=0)) == 0
+
+
+def test_held_out_batches_keep_the_edges_order_and_draw_their_own_negatives(graph):
+    n, src, dst = graph
+    indptr, indices = csc(n, src, dst)
+    held = np.stack([src[:2500 % 1200], dst[:2500 % 1200]], axis=1)[:199]
+    ev = LinkEpoch.held_out(held, indptr, indices, negatives=50, split_key=1)
+    assert len(ev) == 1
+    b = ev[0]
+    np.testing.assert_array_equal(np.stack([b.src, b.dst], 1), held)  # loops and all: a held-out edge is scored
+    assert b.negatives.shape == (1, 50) and (b.chunk_of == 0).all()
+    np.testing.assert_array_equal(LinkEpoch.held_out(held, indptr, indices, negatives=50, split_key=1)[0].negatives,
+                                  b.negatives)
+    assert not np.array_equal(LinkEpoch.held_out(held, indptr, indices, negatives=50, split_key=2)[0].negatives,
+                              b.negatives)
+    seeds = LinkEpoch(indptr, indices, LinkSpec(100), seed=0, epoch=0).seeds()
+    assert len(seeds) == 12 and (np.diff(seeds[3]) > 0).all()
