@@ -34,6 +34,7 @@ import numpy as np
 
 from ..data.features import FeatureSource
 from ..data.format import Dataset
+from .link_batches import LinkEpoch, LinkSpec
 from .pack import PackFile, pack_counts, pack_epoch
 from .placement import Placement, access_counts, place
 from .sample import NEIGHBOR, Sampler, SampleFile, batch_order, read_topology_ahead, sample_epoch
@@ -55,7 +56,8 @@ class EpochSpec:
     sets' (default: `batch_size`), whose batches are those one process evaluates, every world-th one this
     rank's (`eval_shard`: rank, world), so that their sums over the ranks are one process's evaluation; `hag`:
     a HagBuilder whose HAGs every sample file stores (loading/hag.py); `read_ahead`: the topology read into the
-    page cache before each sampling pass."""
+    page cache before each sampling pass; `link`: --task link's batching, whose batches' seeds are their
+    edges' endpoints and negatives (link_batches.LinkEpoch)."""
 
     fanouts: tuple[int, ...]
     batch_size: int
@@ -74,6 +76,7 @@ class EpochSpec:
     eval_batch_size: int | None = None
     eval_shard: tuple[int, int] = (0, 1)
     hag: object = None
+    link: LinkSpec | None = None
 
 
 class OfflineEpochs:
@@ -115,7 +118,14 @@ class OfflineEpochs:
 
     def sample(self, epoch: int) -> SampleFile:
         return self._sample(f"epoch-{epoch:05d}.samples", fanouts=list(self.spec.fanouts), epoch=epoch,
-                            max_batches=self.max_batches, shard=self.spec.shard)
+                            max_batches=self.max_batches, shard=self.spec.shard, batches=self.link_epoch(epoch))
+
+    def link_epoch(self, epoch: int):
+        """--task link: epoch's batches' seeds (each computed when sampled); None for node classification."""
+        if self.spec.link is None:
+            return None
+        ds = self.dataset
+        return LinkEpoch(ds.indptr, ds.indices, self.spec.link, seed=self.spec.seed, epoch=epoch).seeds()
 
     def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
@@ -157,13 +167,13 @@ class OfflineEpochs:
             self.phases[phase] += stats[key]
         return packs
 
-    def eval_files(self, split: str, seeds: np.ndarray, fanouts, epoch_key: int,
-                   max_batches: int | None = None) -> EpochFiles:
+    def eval_files(self, split: str, seeds: np.ndarray | None, fanouts, epoch_key: int,
+                   max_batches: int | None = None, batches=None) -> EpochFiles:
         """This rank's eval batches of a split (at most `max_batches` in all ranks), sampled and packed once for the
-        whole run."""
+        whole run: batches of `seeds`, or the given `batches`' seeds (link prediction's held-out edges)."""
         samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
                                max_batches=max_batches, batch_size=self.spec.eval_batch_size or self.spec.batch_size,
-                               shard=self.spec.eval_shard, every_batch=True)
+                               shard=self.spec.eval_shard, every_batch=True, batches=batches)
         return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
 
     def _prepare(self, epoch: int) -> EpochFiles:

@@ -78,7 +78,7 @@ class LinkEpoch:
 
     def _edges(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
         if self.held is not None:
-            rows = np.asarray(self.held[first:stop], dtype=np.int64)
+            rows = np.array(self.held[first:stop], dtype=np.int64)  # a copy: torch wants writable arrays
             return rows[:, 0], rows[:, 1]
         positions = self.order(np.arange(first, stop))
         by_position = np.argsort(positions)  # memory maps read in order

@@ -210,8 +210,12 @@ def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, thre
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
                  max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
-                 shard: tuple[int, int] = (0, 1), every_batch: bool = False, hag=None) -> SampleFile:
+                 shard: tuple[int, int] = (0, 1), every_batch: bool = False, hag=None,
+                 batches=None) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
+
+    `batches` instead: a sequence of each batch's seed array, read a group at a time (link batches, whose
+    seeds are their edges' endpoints and negatives: LinkEpoch.seeds()).
 
     `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
     each sampled as the whole epoch's would be. `max_batches` then keeps the
@@ -228,18 +232,19 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     if batch_size < 1:
         raise DiskgnnError(f"batch size {batch_size}: must be at least 1")
     graph = graph or open_graph(dataset)
-    seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
-    batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
+    if batches is None:
+        seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
+        batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
     num_batches = len(batches)
     if every_batch:
         index = np.arange(shard[0], min(num_batches, num_batches if max_batches is None else max_batches), shard[1])
     else:
         index = shard_batches(num_batches, *shard)[:max_batches]
-    batches = [batches[k] for k in index]
     threads = threads or os.cpu_count() or 1
     out_path = Path(out_path)
     tmp = temp_path(out_path)
     log = RecordLog()
+    seen_seeds = 0
 
     def write(f, records) -> None:
         for rec in records:
@@ -256,9 +261,11 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer, \
                 ThreadPoolExecutor(threads, thread_name_prefix="diskgnn-hag") as searchers:
             written = None
-            for g in range(0, len(batches), defaults.SAMPLE_GROUP):
-                group = batches[g: g + defaults.SAMPLE_GROUP]
+            for g in range(0, len(index), defaults.SAMPLE_GROUP):
+                group = [batches[int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]
                 flat = np.concatenate(group) if group else np.empty(0, np.int64)
+                nonlocal seen_seeds
+                seen_seeds += flat.size
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
                 keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]
                 records = with_hags(searchers, _native.sample_batches(graph, flat, bounds, keys, fanouts, seed,
@@ -282,7 +289,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "fanouts": fanouts, "batch_size": batch_size, "seed": seed, "epoch": epoch,
         "sampler": sampler.kind, "layer_dependency": sampler.layer_dependency,
         "batch_dependency": sampler.batch_dependency,
-        "num_batches": len(batches), "num_seeds": int(seeds.size), "shard": list(shard),
+        "num_batches": len(index), "num_seeds": seen_seeds, "shard": list(shard),
         "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
         "hag": {"mode": hag.mode if hag is not None else "off"},
     }

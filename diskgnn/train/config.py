@@ -24,10 +24,13 @@ from ..distributed.group import MODES
 from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
 from ..io.reader import BACKENDS
 from ..loading.hag import MODES as HAG_MODES
+from ..nn.link import DECODERS, LOSSES
 from ..nn.models import MODELS
+from ..offline.link_batches import EVAL_CHUNK_EDGES, LinkSpec
 from ..offline.sample import SAMPLERS, Sampler
 from ..units import parse_size
 
+TASKS = ("node", "link")
 SAMPLING = ("offline", "replay", "online")
 EVAL = ("sampled", "full", "none")
 DEVICES = ("auto", "cpu", "cuda")
@@ -38,6 +41,10 @@ PRECISIONS = ("fp32", "bf16", "auto")
 class TrainConfig:
     data: str | None = field(default=None, metadata={"help": "dataset directory (default: the built-in "
                                                              "synthetic dataset, prepared once under $DISKGNN_HOME)"})
+    task: str = field(default="node", metadata={
+        "help": "node: classify the split's nodes; link: predict the graph's edges, scored against the held-out "
+                "ones of a dataset prepared with --edge-split (batches of --batch-size train edges, the nodes whose "
+                "representations they need sampled and packed as a node batch's seeds)", "choices": TASKS})
     model: str = field(default="sage", metadata={"help": "sage | gcn | gat", "choices": MODELS})
     fanouts: str = field(default="10,5", metadata={"help": "neighbours per layer, seeds' layer first; -1 = all"})
     batch_size: int = field(default=1024, metadata={"help": "seeds per batch"})
@@ -122,6 +129,17 @@ class TrainConfig:
     dist_timeout: str = field(default="10min", metadata={
         "help": "distributed: how long a collective waits for the other ranks before every rank stops (longer "
                 "than the slowest rank's sampling and packing of an epoch)"})
+    negatives: int = field(default=100, metadata={"help": "link: negative nodes per chunk of a batch's edges"})
+    chunks: int = field(default=10, metadata={"help": "link: chunks per batch, each sharing its negatives (MariusGNN's "
+                                                      "protocol)"})
+    degree_fraction: float = field(default=0.0, metadata={
+        "help": "link: share of the negatives drawn in proportion to degree (the rest uniformly)"})
+    decoder: str = field(default="dot", metadata={"help": "link: dot or distmult", "choices": DECODERS})
+    link_loss: str = field(default="bce", metadata={
+        "help": "link: bce (each positive against its negatives, weighed alike) or softmax (cross-entropy over "
+                "each positive and its negatives)", "choices": LOSSES})
+    eval_negatives: int = field(default=1000, metadata={
+        "help": "link: negatives each eval batch of 1,000 held-out edges is ranked against (MRR, Hits@k, AUC)"})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -135,6 +153,20 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def link_spec(self) -> LinkSpec | None:
+        """How --task link batches its edges; None for node classification."""
+        return LinkSpec(self.batch_size, self.chunks, self.negatives, self.degree_fraction) if self.task == "link" \
+            else None
+
+    @property
+    def seeds_per_batch(self) -> int:
+        """The most seed nodes a batch has: --batch-size, or a link batch's endpoints and negatives (and an eval
+        batch's), which the plan sizes the working set for."""
+        if self.task == "node":
+            return self.batch_size
+        return max(2 * self.batch_size + self.chunks * self.negatives, 2 * EVAL_CHUNK_EDGES + self.eval_negatives)
 
     @property
     def sampler_spec(self) -> Sampler:
@@ -222,9 +254,26 @@ class TrainConfig:
             except DiskgnnError as e:
                 raise UsageError(f"--features {self.features}: expected {RAW_FEATURES} or a quantized variant: "
                                  f"{e}") from None
+        if self.task == "link":
+            self._validate_link()
         if self.summary_json and not Path(self.summary_json).absolute().parent.is_dir():
             raise UsageError(f"--summary-json {self.summary_json}: its directory does not exist")
         self.budget_bytes, self.host_cache_bytes, self.device_cache_bytes  # noqa: B018 - bad sizes refused now
+
+    def _validate_link(self) -> None:
+        for name in ("negatives", "chunks", "eval_negatives"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
+        if not 0 <= self.degree_fraction <= 1:
+            raise UsageError(f"--degree-fraction {self.degree_fraction}: must be in [0, 1]")
+        # Not built for link prediction yet (issue 39): refused rather than run wrong.
+        for flag, value, supported in (("--sampling", self.sampling, "offline"), ("--distributed", self.distributed,
+                                                                                    "none"),
+                                       ("--eval", self.eval, ("sampled", "none")), ("--hag", self.hag, "off")):
+            if value not in (supported if isinstance(supported, tuple) else (supported,)):
+                raise UsageError(f"{flag} {value}: --task link trains with {flag} "
+                                 + " or ".join(supported if isinstance(supported, tuple) else (supported,))
+                                 + " only, so far")
 
 
 def _ints(text: str, flag: str) -> list[int]:

@@ -43,10 +43,11 @@ from ..loading.hag import HagBuilder
 from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
 from ..offline.epochs import EpochFiles, OfflineEpochs
+from ..offline.link_batches import LinkEpoch
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from .config import TrainConfig, from_options, save
-from .plan import Plan, disk_copies, make_plan, offline_spec
+from .plan import Plan, disk_copies, make_plan, offline_spec, train_items
 
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -78,9 +79,13 @@ class Loader:
         save(cfg, self.workdir / "config.yaml")
         self.labels = np.asarray(self.ds.labels)
         self.train_ids = self.ds.split("train")
-        if self.train_ids.size == 0:
+        if cfg.task == "link":
+            if "edge_split" not in self.ds.manifest:
+                raise DiskgnnError(f"{self.data}: --task link needs held-out edges to score: prepare it with "
+                                   "--edge-split TRAIN,VAL,TEST")
+        elif self.train_ids.size == 0:
             raise DiskgnnError(f"{self.data}: the train split is empty")
-        if self.ds.num_classes < 2:
+        elif self.ds.num_classes < 2:
             raise DiskgnnError(f"{self.data}: needs at least 2 classes to train a classifier")
         self.stage_times: dict[str, StageTime] = {}
         # Summed over the trained batches: input rows, each layer's destinations (input layer first), seeds.
@@ -111,19 +116,23 @@ class Loader:
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
         placement = self.epochs.plan_placement(list(plan.tiers.items()))
         if len(self.epochs.files(0).samples) == 0:
-            raise DiskgnnError(f"{self.data}: {self.train_ids.size:,} train seeds make fewer than {group.world} "
-                               f"batches of {cfg.batch_size}: every rank needs one (lower --batch-size)")
-        copies = disk_copies(cfg, *(int(ds.split(s).size) for s in ("train", "val", "test")))
+            what = f"{ds.num_edges:,} train edges" if cfg.task == "link" else f"{self.train_ids.size:,} train seeds"
+            raise DiskgnnError(f"{self.data}: {what} make fewer than {group.world} batches of {cfg.batch_size}: "
+                               "every rank needs one (lower --batch-size)")
+        copies = disk_copies(cfg, train_items(ds, cfg), *(self.eval_size(s) for s in ("val", "test")))
         plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.epoch0_rows(), copies, self.workdir,
                            shutil.disk_usage(self.workdir).free)
         self.say(plan.placed_line(self.workdir))
         if cfg.eval == "sampled":
             # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
             for split in ("val", "test"):
-                seeds = ds.split(split)  # all of them: eval_files keeps this rank's share of their batches
-                if seeds.size:
-                    self.eval_files[split] = self.epochs.eval_files(
-                        split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split], cfg.eval_max_batches)
+                if not self.eval_size(split):
+                    continue
+                # all of them: eval_files keeps this rank's share of their batches
+                seeds, batches = (None, self.link_batches(split).seeds()) if cfg.task == "link" else \
+                    (ds.split(split), None)
+                self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
+                                                                cfg.eval_max_batches, batches)
         self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.zero_copy)
         return plan
 
@@ -167,6 +176,19 @@ class Loader:
             self._graph_hag = graph_hag(self.ds, self.hag.mode, fallback_dir=self.workdir, threads=self.cfg.threads,
                                         say=self.say)
         return self._graph_hag
+
+    def eval_size(self, split: str) -> int:
+        """A split's nodes, or (--task link) its held-out edges."""
+        return len(self.ds.held_out_edges(split)) if self.cfg.task == "link" else int(self.ds.split(split).size)
+
+    def link_batches(self, split_or_epoch) -> LinkEpoch:
+        """--task link: an epoch's train batches, or a split's eval batches (what its sample file's batch b was
+        sampled for is batch b here)."""
+        ds, cfg = self.ds, self.cfg
+        if isinstance(split_or_epoch, str):
+            return LinkEpoch.held_out(ds.held_out_edges(split_or_epoch), ds.indptr, ds.indices,
+                                      negatives=cfg.eval_negatives, split_key=EVAL_EPOCH[split_or_epoch])
+        return LinkEpoch(ds.indptr, ds.indices, cfg.link_spec, seed=cfg.seed, epoch=split_or_epoch)
 
     def eval_seeds(self, split: str) -> np.ndarray:
         """The split's seeds this rank evaluates (every world-th)."""

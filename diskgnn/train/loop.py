@@ -25,10 +25,14 @@ from ..data.files import write_atomic
 from ..distributed.group import Group, is_group_failure, join, lost
 from ..errors import DiskgnnError, raise_if_interrupted
 from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes, process_age_s
+from ..nn.link import Decoder
 from ..nn.models import GNN
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
+from .plan import output_dim
+
+METRIC = {"node": "acc", "link": "mrr"}  # the val metric that picks the best epoch, and the summary's name for it
 from .run import Run
 
 
@@ -104,8 +108,11 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     data = run.loader
     ds = data.ds
     torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, ds.feature_dim, cfg.hidden, ds.num_classes, len(cfg.fanout_list), cfg.dropout,
-                cfg.heads).to(run.device)
+    model = GNN(cfg.model, ds.feature_dim, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list), cfg.dropout,
+                cfg.heads)
+    if cfg.task == "link":
+        model.decoder = Decoder(cfg.decoder, cfg.hidden)  # a submodule: optimised and checkpointed with the GNN
+    model = model.to(run.device)
     if cfg.distributed == "independent":
         run.ddp = torch.nn.parallel.DistributedDataParallel(
             model, device_ids=[group.local_rank] if run.device == "cuda" else None)
@@ -138,7 +145,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             history["train_loss"].append(loss)
             history["val_acc_per_epoch"].append(val)
             history["wall_s_at_val"].append(time.monotonic() - started)
-            data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val acc {val:.4f}")
+            data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val {METRIC[cfg.task]} {val:.4f}")
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
                 if group.leader:
@@ -174,15 +181,18 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "peak_anon_bytes": memory.peak_bytes,
         "precision": run.precision,
         "resumed": resumed,
+        "task": cfg.task,
         "train_loss": history["train_loss"],
-        "val_acc_per_epoch": history["val_acc_per_epoch"],
+        # The val metric (accuracy; --task link: MRR) after each epoch; the checkpoints' history names it val_acc.
+        f"val_{METRIC[cfg.task]}_per_epoch": history["val_acc_per_epoch"],
         # Seconds from the command's start (plan and offline phase included) to each epoch's validation, for
         # time to accuracy; after --resume, the earlier epochs' are the earlier command's.
         "wall_s_at_val": history["wall_s_at_val"],
         "wall_s": wall_s,
-        "val_acc": best["val_acc"],
+        f"val_{METRIC[cfg.task]}": best["val_acc"],
         "best_epoch": best["epoch"],
-        "test_acc": test,
+        f"test_{METRIC[cfg.task]}": test,
+        **({"test_metrics": run.link_metrics.get("test")} if cfg.task == "link" else {}),
         "versions": versions(),
         "config": cfg.to_dict(),
     }
@@ -194,9 +204,16 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
     write_atomic(data.workdir / "summary.json", text)
     if cfg.summary_json:
         write_atomic(Path(cfg.summary_json), text)
-    chance = 1 / data.ds.num_classes
-    print(f"train: done: test acc {test:.4f} (chance {chance:.4f}), best val acc {best['val_acc']:.4f} "
-          f"at epoch {best['epoch']}; epoch times " + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
+    if cfg.task == "link":
+        m = run.link_metrics.get("test") or {}
+        result = (f"test MRR {test:.4f} (Hits@1 {m.get('hits@1', float('nan')):.4f}, Hits@10 "
+                  f"{m.get('hits@10', float('nan')):.4f}, AUC {m.get('auc', float('nan')):.4f}; against "
+                  f"{cfg.eval_negatives} sampled negatives), best val MRR {best['val_acc']:.4f}")
+    else:
+        result = (f"test acc {test:.4f} (chance {1 / data.ds.num_classes:.4f}), best val acc "
+                  f"{best['val_acc']:.4f}")
+    print(f"train: done: {result} at epoch {best['epoch']}; epoch times "
+          + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
           + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
           f"{summary['bottleneck']}; peak memory {format_size(summary['peak_anon_bytes'])} anonymous (budget "
           f"{cfg.memory_budget}), {format_size(summary['peak_rss_bytes'])} with mapped files; summary in "

@@ -52,6 +52,23 @@ def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple
     return layers
 
 
+def _splits(ds: Dataset, cfg: TrainConfig) -> dict:
+    if cfg.task == "link":
+        return {"train edges (the graph's)": ds.num_edges,
+                **{f"{s} edges": len(ds.held_out_edges(s)) for s in ("val", "test")}}
+    return {s: int(ds.split(s).size) for s in ("train", "val", "test")}
+
+
+def output_dim(ds: Dataset, cfg: TrainConfig) -> int:
+    """The model's output width: a score per class, or (--task link) a representation of --hidden values."""
+    return cfg.hidden if cfg.task == "link" else ds.num_classes
+
+
+def train_items(ds: Dataset, cfg: TrainConfig) -> int:
+    """What an epoch's batches are cut from: train nodes, or (--task link) the graph's edges."""
+    return ds.num_edges if cfg.task == "link" else int(ds.split("train").size)
+
+
 def disk_copies(cfg, train: int, val: int, test: int) -> float:
     """How many epochs' samples and packs the workdir holds at once: the one training and (fresh epochs) the
     next, being made meanwhile, plus the sampled evaluation's, in train epochs of seeds. Epochs and
@@ -70,14 +87,14 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
                 pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32", device: str = "cpu") -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget. `precision`: the
     step's on a CPU."""
-    layers = batch_layers(ds, cfg.batch_size, cfg.fanout_list)
+    layers = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)
     rows = layers[0][0]
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
     if device == "cpu":
         # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
         # the queues between), float32 model input after it (two queued, one being trained).
         queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-        dims = layer_dims(ds.feature_dim, cfg.hidden, ds.num_classes, len(layers))
+        dims = layer_dims(ds.feature_dim, cfg.hidden, output_dim(ds, cfg), len(layers))
         activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
         recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
         host = queued + source.decode_bytes(rows) + activations + recent
@@ -95,7 +112,7 @@ def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
     row of every batch of the epoch packed (W1 at fanouts 10,5 packs 0.48 of that bound with 10 % cached)."""
     if cfg.sampling == "online":
         return 0
-    batches = -(-int(ds.split("train").size) // cfg.batch_size)
+    batches = -(-train_items(ds, cfg) // cfg.batch_size)
     if cfg.max_batches is not None:
         batches = min(batches, cfg.max_batches)
     recent_table = 8 * ds.num_nodes if cfg.recent_window else 0  # the batch and position each node was last read
@@ -298,7 +315,7 @@ def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag
         sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
         rows=(lambda samples: OwnedRows(samples, group.rank, group.world, cfg.owner, plan.num_nodes)) if coop else None,
         eval_batch_size=cfg.batch_size * (group.world if coop else 1), eval_shard=(group.rank, group.world),
-        hag=None if coop else hag)
+        hag=None if coop else hag, link=cfg.link_spec)
 
 
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:
@@ -334,7 +351,7 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
             tiers = {"device": cfg.device_cache_bytes, **tiers}
     plan = Plan(
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
-        feature_dtype=ds.feature_dtype.name, splits={s: int(ds.split(s).size) for s in ("train", "val", "test")},
+        feature_dtype=ds.feature_dtype.name, splits=_splits(ds, cfg),
         budget_text=cfg.memory_budget, budget=budget, device=device, precision=precision, host_gather=gather(),
         sampling=cfg.sampling, features=source.name,
         features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
@@ -342,8 +359,11 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
         or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers,
         workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
-                 + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})",
-        batch_rows=batch_layers(ds, cfg.batch_size, cfg.fanout_list)[0][0], recent_batches=cfg.recent_window)
+                 + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
+                 + (f"; task link (batches of {cfg.batch_size} edges in {cfg.chunks} chunks of {cfg.negatives} "
+                    f"shared negatives, {cfg.degree_fraction:.0%} by degree; decoder {cfg.decoder}, loss "
+                    f"{cfg.link_loss}; eval against {cfg.eval_negatives} negatives)" if cfg.task == "link" else ""),
+        batch_rows=batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0], recent_batches=cfg.recent_window)
     if cfg.sampling == "online":
         return plan
     # What the budget leaves to the page cache goes first to the topology (read ahead only where it

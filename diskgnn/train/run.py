@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .. import defaults
+from ..nn.link import link_loss, metrics_of, rank_sums
+from ..offline.link_batches import LinkBatch
 from ..distributed import cooperative
 from ..distributed.group import Group
 from .checkpoints import EpochState
@@ -44,6 +46,8 @@ class Run:
             self.loader.say(line)
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
+        self.link_epoch = None  # --task link: the training epoch's LinkEpoch
+        self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
 
     def precision_lines(self) -> list[str]:
         if self.cfg.precision == "fp32":
@@ -64,21 +68,40 @@ class Run:
         return torch.autocast("cuda" if self.device == "cuda" else "cpu", dtype=torch.bfloat16,
                               enabled=self.precision == "bf16")
 
-    def step(self, model, mb) -> tuple[torch.Tensor, int]:
+    def step(self, model, mb) -> tuple[torch.Tensor, int, int]:
         """One batch's forward and backward, gradients summed over the ranks where there are several: the
-        loss (this rank's seeds' mean; cooperative: their part of the global batch's mean) and the bytes sent."""
+        loss (this rank's seeds' mean; cooperative: their part of the global batch's mean), the bytes sent and
+        what the loss is a mean over (seeds, or --task link's edges)."""
+        if self.link_epoch is not None:
+            with self.autocast():
+                h = model(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
+            batch = self.link_epoch[mb.batch.index]
+            loss = link_loss(*self.link_scores(model, h.float(), batch), self.cfg.link_loss)
+            loss.backward()
+            return loss, 0, batch.src.size
         if mb.share is not None:
             with self.autocast():
                 logits, sent = cooperative.forward(model, mb.share, mb.x, mb.salt)
             loss = cooperative.loss(logits.float(), mb.labels, mb.share)
             loss.backward()
             cooperative.sum_gradients(model)
-            return loss * mb.share.num_seeds / max(1, mb.labels.numel()), sent
+            return loss * mb.share.num_seeds / max(1, mb.labels.numel()), sent, mb.labels.numel()
         with self.autocast():
             logits = (self.ddp or model)(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
         loss = F.cross_entropy(logits.float(), mb.labels)
         loss.backward()  # DDP averages the ranks' gradients as it goes
-        return loss, 0
+        return loss, 0, mb.labels.numel()
+
+    def link_scores(self, model, h: torch.Tensor, batch: LinkBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """--task link: the batch's positives' scores [E] and their chunks' negatives' [E, K], from the seeds'
+        representations `h` (row i: batch.seeds[i], the order the batch was sampled in)."""
+        def rows(ids: np.ndarray) -> torch.Tensor:
+            return h[torch.from_numpy(batch.local(ids)).to(h.device)]
+
+        src = rows(batch.src)
+        pos = model.decoder(src, rows(batch.dst))
+        neg = model.decoder.against(src, rows(batch.negatives), torch.from_numpy(batch.chunk_of).to(h.device))
+        return pos, neg
 
     def train_epoch(self, model, optimizer, state: EpochState,
                     checkpoint: Callable[[EpochState], None] | None = None) -> Pass:
@@ -87,6 +110,7 @@ class Run:
         saves anyway). Returns the finished pass."""
         cfg, interval = self.cfg, self.cfg.checkpoint_interval
         epoch = self.loader.epoch(state.epoch, state.next_batch)
+        self.link_epoch = self.loader.link_batches(state.epoch) if cfg.task == "link" else None
         model.train()
         # Dropout masks depend on (seed, epoch), the batch and the node only (nn/dropout.py), so a resumed run
         # repeats them, and every rank draws the ones one process would for its rows.
@@ -107,12 +131,12 @@ class Run:
 
         for i, mb in enumerate(epoch, start=state.next_batch):
             optimizer.zero_grad(set_to_none=True)
-            loss, sent = self.step(model, mb)
+            loss, sent, items = self.step(model, mb)
             optimizer.step()
             state.next_batch = i + 1
             self.exchange_bytes += sent
-            loss_sum += loss.detach().double() * mb.labels.numel()
-            state.seen += mb.labels.numel()
+            loss_sum += loss.detach().double() * items
+            state.seen += items
             bar.update(1)
             if cfg.progress and self.group.leader and (i % 10 == 0 or i == len(epoch) - 1):
                 stats = epoch.stats()
@@ -136,11 +160,28 @@ class Run:
 
     @torch.no_grad()
     def evaluate(self, model, split: str) -> float:
-        """Accuracy on the split (under torchrun: each rank's share, summed over the ranks)."""
-        if self.cfg.eval == "none" or self.loader.ds.split(split).size == 0:
+        """Accuracy on the split, or (--task link) the MRR of its held-out edges, every metric kept in
+        link_metrics (under torchrun: each rank's share, summed over the ranks)."""
+        if self.cfg.eval == "none" or self.loader.eval_size(split) == 0:
             return float("nan")
+        if self.cfg.task == "link":
+            sums = self._evaluate_link(model, split)
+            self.link_metrics[split] = metrics_of(dict(zip(sums, self.group.sum(list(sums.values())))))
+            return self.link_metrics[split]["mrr"]
         correct, total = self.group.sum(list(self._evaluate(model, split)))
         return correct / max(1, total)
+
+    def _evaluate_link(self, model, split: str) -> dict:
+        """rank_sums over this rank's eval batches of the split."""
+        model.eval()
+        batches = self.loader.link_batches(split)
+        sums = rank_sums(torch.zeros(0), torch.zeros(0, 1))
+        for mb in self.loader.evaluation(split):
+            with self.autocast():
+                h = model(mb.blocks, mb.x)
+            for k, v in rank_sums(*self.link_scores(model, h.float(), batches[mb.batch.index])).items():
+                sums[k] += v
+        return sums
 
     def _evaluate(self, model, split: str) -> tuple[int, int]:
         """(correct, total) over this rank's seeds of the split."""

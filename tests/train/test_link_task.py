@@ -1,0 +1,78 @@
+"""--task link: the sampled batches are the link batches' seeds, and the run's metrics are those of its best
+model recomputed in plain torch with every neighbour."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from diskgnn.data.format import open_dataset
+from diskgnn.data.prepare import prepare
+from diskgnn.errors import run_cli
+from diskgnn.nn.inference import full_neighbour_logits
+from diskgnn.nn.link import Decoder, metrics_of, rank_sums
+from diskgnn.nn.models import GNN
+from diskgnn.offline.link_batches import LinkEpoch
+from diskgnn.offline.sample import SampleFile
+from diskgnn.train.checkpoints import Checkpoints
+from diskgnn.train.config import from_options
+from diskgnn.train.__main__ import main as train_main
+
+
+@pytest.fixture(scope="module")
+def linked(tmp_path_factory):
+    out = tmp_path_factory.mktemp("link") / "ds"
+    return prepare("synthetic", out, synthetic=dict(structure="powerlaw", nodes=199, feat_dim=8, avg_degree=6,
+                                                    classes=2, seed=0),
+                   undirected=True, edge_split=(0.7, 0.15, 0.15), progress=False)
+
+
+def run(linked, workdir, *extra):
+    argv = ["--data", str(linked), "--task", "link", "--workdir", str(workdir), "--no-progress", "--epochs", "2",
+            "--batch-size", "64", "--hidden", "8", "--fanouts=-1,-1", "--negatives", "7", "--chunks", "3",
+            "--eval-negatives", "50", "--dropout", "0", "--lr", "0.01", "--checkpoint-every", "off", *extra]
+    assert run_cli("train", train_main, argv) == 0
+    return json.loads((workdir / "summary.json").read_text())
+
+
+def test_link_runs_sample_the_link_batches_seeds_and_score_like_plain_torch(linked, tmp_path):
+    summary = run(linked, tmp_path / "run", "--degree-fraction", "0.5")
+    ds = open_dataset(linked)
+    cfg = from_options(task="link", batch_size=64, negatives=7, chunks=3, degree_fraction=0.5, eval_negatives=50)
+    # The eval sets' sample files hold the held-out batches' seeds, batch for batch (the runs keep them).
+    test = LinkEpoch.held_out(ds.held_out_edges("test"), ds.indptr, ds.indices, negatives=50, split_key=(1 << 20) + 1)
+    sampled = SampleFile(tmp_path / "run" / "epochs" / "test.samples")
+    assert len(sampled) == len(test) >= 1
+    for b in range(len(test)):
+        np.testing.assert_array_equal(sampled[b].seeds, test[b].seeds)
+    train = LinkEpoch(ds.indptr, ds.indices, cfg.link_spec, seed=0, epoch=0)
+    assert summary["task"] == "link" and len(summary["val_mrr_per_epoch"]) == 2
+    assert summary["rows_per_batch"]["input"] > 0 and summary["stage_times_s"]["train"]["items"] == 2 * len(train)
+    # The best model, with every neighbour (fanouts -1), in plain torch: the same test metrics.
+    model = GNN("sage", ds.feature_dim, 8, 8, 2, 0.0)
+    model.decoder = Decoder("dot", 8)
+    model.load_state_dict(Checkpoints(tmp_path / "run" / "checkpoints").load("best")["model"])
+    model.eval()
+    h = full_neighbour_logits(model, ds, np.arange(ds.num_nodes), tmp_path / "inference")
+    sums = {}
+    for batch in test:
+        src = h[batch.src]
+        pos = model.decoder(src, h[batch.dst])
+        neg = model.decoder.against(src, h[torch.from_numpy(batch.negatives)], torch.from_numpy(batch.chunk_of))
+        sums = {k: sums.get(k, 0) + v for k, v in rank_sums(pos, neg).items()}
+    want = metrics_of(sums)
+    assert summary["test_metrics"] == pytest.approx(want, abs=1e-5)
+    assert summary["test_mrr"] == pytest.approx(want["mrr"], abs=1e-5)
+
+
+def test_link_refusals_are_one_line(linked, tmp_path, capsys):
+    plain = prepare("synthetic", tmp_path / "plain", synthetic=dict(nodes=100, feat_dim=4, avg_degree=4, classes=2,
+                                                                      seed=0), undirected=True, progress=False)
+    for data, extra, want in ((plain, [], "--task link needs held-out edges to score: prepare it with --edge-split"),
+                              (linked, ["--sampling", "online"], "--sampling online: --task link trains with"),
+                              (linked, ["--negatives", "0"], "--negatives 0: must be at least 1")):
+        code = run_cli("train", train_main, ["--data", str(data), "--task", "link", "--workdir", str(tmp_path / "w"),
+                                             "--no-progress", *extra])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code != 0 and len(err) == 1 and want in err[0], err
