@@ -49,7 +49,9 @@ def link_loss(pos: torch.Tensor, neg: torch.Tensor, kind: str) -> torch.Tensor:
     that they weigh as much as the positive (averaged over all 1 + K scores, K of them negative, the model
     learns fastest to score everything low: with 100 negatives it collapsed to zero scores on Cora), then
     averaged over edges; softmax: each positive's cross-entropy against its row of negatives (MariusGNN's
-    default)."""
+    default). No edges (a batch of self-loops only): a zero that still backpropagates, not a NaN mean."""
+    if pos.numel() == 0:
+        return pos.sum() + neg.sum() * 0
     if kind == "bce":
         return (F.binary_cross_entropy_with_logits(pos, torch.ones_like(pos), reduction="none")
                 + F.binary_cross_entropy_with_logits(neg, torch.zeros_like(neg), reduction="none").mean(1)).mean()

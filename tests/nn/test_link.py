@@ -58,6 +58,11 @@ def test_losses_match_their_formulas():
     assert float(link_loss(pos, neg, "softmax")) == pytest.approx(float(soft), rel=1e-5)
     with pytest.raises(ValueError, match="loss 'hinge'"):
         link_loss(pos, neg, "hinge")
+    empty = torch.zeros(0, requires_grad=True)
+    for kind in ("bce", "softmax"):  # a batch whose edges were all self-loops
+        loss = link_loss(empty, empty[:, None].expand(0, 3), kind)
+        loss.backward()
+        assert float(loss.detach()) == 0.0 and empty.grad is not None
 
 
 @pytest.mark.parametrize("kind", ["dot", "distmult"])

@@ -29,6 +29,7 @@ def linked(tmp_path_factory):
 
 
 def run(linked, workdir, *extra):
+    """Two epochs (unless `extra` says otherwise; later flags win)."""
     argv = ["--data", str(linked), "--task", "link", "--workdir", str(workdir), "--no-progress", "--epochs", "2",
             "--batch-size", "64", "--hidden", "8", "--fanouts=-1,-1", "--negatives", "7", "--chunks", "3",
             "--eval-negatives", "50", "--dropout", "0", "--lr", "0.01", "--checkpoint-every", "off", *extra]
@@ -76,3 +77,31 @@ def test_link_refusals_are_one_line(linked, tmp_path, capsys):
                                              "--no-progress", *extra])
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and len(err) == 1 and want in err[0], err
+
+
+def test_a_resumed_link_run_ends_as_the_straight_one(linked, tmp_path):
+    dm = ("--decoder", "distmult", "--link-loss", "softmax")
+    straight = run(linked, tmp_path / "straight", *dm)
+    run(linked, tmp_path / "resumed", *dm, "--epochs", "1")
+    resumed = run(linked, tmp_path / "resumed", *dm, "--resume")
+    assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-6)
+    assert resumed["val_mrr_per_epoch"] == straight["val_mrr_per_epoch"]
+    assert resumed["test_metrics"] == straight["test_metrics"]
+    a = Checkpoints(tmp_path / "straight" / "checkpoints").load("last")["model"]
+    b = Checkpoints(tmp_path / "resumed" / "checkpoints").load("last")["model"]
+    assert "decoder.relation" in a and all(torch.equal(a[k], b[k]) for k in a)  # DistMult's vector saved too
+
+
+def test_the_loader_api_pairs_each_batch_with_its_edges(linked, tmp_path):
+    from diskgnn import Loader
+
+    loader = Loader(linked, task="link", batch_size=64, negatives=7, chunks=3, eval_negatives=50, fanouts=[3, 2],
+                    workdir=str(tmp_path / "api"), progress=False, log=None)
+    try:
+        for split_or_epoch, batches in ((0, loader.epoch(0)), ("val", loader.evaluation("val"))):
+            link = loader.link_batches(split_or_epoch)
+            seen = [mb.batch.index for mb in batches if np.array_equal(mb.batch.seeds,
+                                                                       link[mb.batch.index].seeds)]
+            assert seen == list(range(len(link))), split_or_epoch
+    finally:
+        loader.close()
