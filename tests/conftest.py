@@ -117,6 +117,16 @@ def train_data(tmp_path_factory):
     return prepare(src, tmp / "ds", progress=False)
 
 
+@pytest.fixture(scope="session")
+def link_data(tmp_path_factory):
+    """A small power-law graph with an edge split (0.7 / 0.15 / 0.15) for the link prediction tests."""
+    from diskgnn.data.prepare import prepare
+
+    return prepare("synthetic", tmp_path_factory.mktemp("link") / "ds", undirected=True, progress=False,
+                   synthetic=dict(structure="powerlaw", nodes=199, feat_dim=8, avg_degree=6, classes=2, seed=0),
+                   edge_split=(0.7, 0.15, 0.15))
+
+
 def train_config(data, workdir, **kw):
     """A TrainConfig for train_data: tiny batches, a host cache of a few rows, no progress bar, on the CPU (the
     tests' tier counts and bit-for-bit comparisons are the CPU path's; tests/cuda trains on a GPU)."""

@@ -6,21 +6,12 @@ import torch
 
 from bench.accuracy import link_reference as ref
 from diskgnn.data.format import open_dataset
-from diskgnn.data.prepare import prepare
 from diskgnn.nn.link import Decoder
 from diskgnn.offline.link_batches import LinkEpoch
 
 
-@pytest.fixture(scope="module")
-def linked(tmp_path_factory):
-    out = tmp_path_factory.mktemp("link") / "ds"
-    return prepare("synthetic", out, synthetic=dict(structure="powerlaw", nodes=199, feat_dim=8, avg_degree=6,
-                                                    classes=2, seed=0),
-                   undirected=True, edge_split=(0.7, 0.15, 0.15), progress=False)
-
-
-def test_filtered_all_node_ranking_matches_a_loop(linked):
-    ds = open_dataset(linked)
+def test_filtered_all_node_ranking_matches_a_loop(link_data):
+    ds = open_dataset(link_data)
     edge_index = ref.graph_edges(ds)
     known = ref.known_by_source(ds, edge_index)
     torch.manual_seed(0)
@@ -41,12 +32,12 @@ def test_filtered_all_node_ranking_matches_a_loop(linked):
     assert 0 < got["mrr"] <= 1 and 0 <= got["auc"] <= 1
 
 
-def test_a_tiny_run_learns_and_reports_the_best_val_epoch(linked, capsys):
+def test_a_tiny_run_learns_and_reports_the_best_val_epoch(link_data, capsys):
     pytest.importorskip("torch_geometric", reason="the reference's encoder is PyG's GraphSAGE")
-    r = ref.main(["--data", str(linked), "--epochs", "3", "--hidden", "8", "--eval-negatives", "20", "--all-nodes"])
+    r = ref.main(["--data", str(link_data), "--epochs", "3", "--hidden", "8", "--eval-negatives", "20", "--all-nodes"])
     assert len(r["history"]) == 3 and 0 <= r["best_epoch"] < 3
     assert r["val"]["mrr"] == pytest.approx(max(h["mrr"] for h in r["history"]))
     for m in (r["val"], r["test"]):
         assert all(0 <= m[k] <= 1 for k in ("mrr", "hits@1", "hits@10", "auc", "all_nodes_mrr")), m
-    assert r["held_out"] == {s: open_dataset(linked).manifest["edge_split"][s] for s in ("val", "test")}
+    assert r["held_out"] == {s: open_dataset(link_data).manifest["edge_split"][s] for s in ("val", "test")}
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith('{"system": "pyg_reference"')

@@ -20,26 +20,18 @@ from diskgnn.train.config import from_options
 from diskgnn.train.__main__ import main as train_main
 
 
-@pytest.fixture(scope="module")
-def linked(tmp_path_factory):
-    out = tmp_path_factory.mktemp("link") / "ds"
-    return prepare("synthetic", out, synthetic=dict(structure="powerlaw", nodes=199, feat_dim=8, avg_degree=6,
-                                                    classes=2, seed=0),
-                   undirected=True, edge_split=(0.7, 0.15, 0.15), progress=False)
-
-
-def run(linked, workdir, *extra):
+def run(link_data, workdir, *extra):
     """Two epochs (unless `extra` says otherwise; later flags win)."""
-    argv = ["--data", str(linked), "--task", "link", "--workdir", str(workdir), "--no-progress", "--epochs", "2",
+    argv = ["--data", str(link_data), "--task", "link", "--workdir", str(workdir), "--no-progress", "--epochs", "2",
             "--batch-size", "64", "--hidden", "8", "--fanouts=-1,-1", "--negatives", "7", "--chunks", "3",
             "--eval-negatives", "50", "--dropout", "0", "--lr", "0.01", "--checkpoint-every", "off", *extra]
     assert run_cli("train", train_main, argv) == 0
     return json.loads((workdir / "summary.json").read_text())
 
 
-def test_link_runs_sample_the_link_batches_seeds_and_score_like_plain_torch(linked, tmp_path):
-    summary = run(linked, tmp_path / "run", "--degree-fraction", "0.5")
-    ds = open_dataset(linked)
+def test_link_runs_sample_the_link_batches_seeds_and_score_like_plain_torch(link_data, tmp_path):
+    summary = run(link_data, tmp_path / "run", "--degree-fraction", "0.5")
+    ds = open_dataset(link_data)
     cfg = from_options(task="link", batch_size=64, negatives=7, chunks=3, degree_fraction=0.5, eval_negatives=50)
     # The eval sets' sample files hold the held-out batches' seeds, batch for batch (the runs keep them).
     test = LinkEpoch.held_out(ds.held_out_edges("test"), ds.indptr, ds.indices, negatives=50, split_key=(1 << 20) + 1)
@@ -67,23 +59,23 @@ def test_link_runs_sample_the_link_batches_seeds_and_score_like_plain_torch(link
     assert summary["test_mrr"] == pytest.approx(want["mrr"], abs=1e-5)
 
 
-def test_link_refusals_are_one_line(linked, tmp_path, capsys):
+def test_link_refusals_are_one_line(link_data, tmp_path, capsys):
     plain = prepare("synthetic", tmp_path / "plain", synthetic=dict(nodes=100, feat_dim=4, avg_degree=4, classes=2,
                                                                       seed=0), undirected=True, progress=False)
     for data, extra, want in ((plain, [], "--task link needs held-out edges to score: prepare it with --edge-split"),
-                              (linked, ["--sampling", "online"], "--sampling online: --task link trains with"),
-                              (linked, ["--negatives", "0"], "--negatives 0: must be at least 1")):
+                              (link_data, ["--sampling", "online"], "--sampling online: --task link trains with"),
+                              (link_data, ["--negatives", "0"], "--negatives 0: must be at least 1")):
         code = run_cli("train", train_main, ["--data", str(data), "--task", "link", "--workdir", str(tmp_path / "w"),
                                              "--no-progress", *extra])
         err = capsys.readouterr().err.strip().splitlines()
         assert code != 0 and len(err) == 1 and want in err[0], err
 
 
-def test_a_resumed_link_run_ends_as_the_straight_one(linked, tmp_path):
+def test_a_resumed_link_run_ends_as_the_straight_one(link_data, tmp_path):
     dm = ("--decoder", "distmult", "--link-loss", "softmax")
-    straight = run(linked, tmp_path / "straight", *dm)
-    run(linked, tmp_path / "resumed", *dm, "--epochs", "1")
-    resumed = run(linked, tmp_path / "resumed", *dm, "--resume")
+    straight = run(link_data, tmp_path / "straight", *dm)
+    run(link_data, tmp_path / "resumed", *dm, "--epochs", "1")
+    resumed = run(link_data, tmp_path / "resumed", *dm, "--resume")
     assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-6)
     assert resumed["val_mrr_per_epoch"] == straight["val_mrr_per_epoch"]
     assert resumed["test_metrics"] == straight["test_metrics"]
@@ -92,10 +84,10 @@ def test_a_resumed_link_run_ends_as_the_straight_one(linked, tmp_path):
     assert "decoder.relation" in a and all(torch.equal(a[k], b[k]) for k in a)  # DistMult's vector saved too
 
 
-def test_the_loader_api_pairs_each_batch_with_its_edges(linked, tmp_path):
+def test_the_loader_api_pairs_each_batch_with_its_edges(link_data, tmp_path):
     from diskgnn import Loader
 
-    loader = Loader(linked, task="link", batch_size=64, negatives=7, chunks=3, eval_negatives=50, fanouts=[3, 2],
+    loader = Loader(link_data, task="link", batch_size=64, negatives=7, chunks=3, eval_negatives=50, fanouts=[3, 2],
                     workdir=str(tmp_path / "api"), progress=False, log=None)
     try:
         for split_or_epoch, batches in ((0, loader.epoch(0)), ("val", loader.evaluation("val"))):
