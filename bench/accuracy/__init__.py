@@ -1,6 +1,7 @@
 """Accuracy studies: diskgnn.train against an in-memory reference trainer, and settings against each other.
 
-`python -m bench.accuracy [--study reference|quantized|sampler|precision]` (cli.py: the options, then one study).
+`python -m bench.accuracy [--study reference|quantized|sampler|precision|cooperative|link]` (cli.py: the options,
+then one study).
 
 The reference study (the default): for every dataset x model x seed it trains
 three times with the same hyper-parameters and the same initial weights:
@@ -25,11 +26,17 @@ seeds 0..N-1, and compares each setting's test accuracy with neighbour
 sampling's, paired by seed. The precision study (issue 25) does the same
 with --precision bf16 against fp32.
 
+The link study (issue 39, link_study.py): `diskgnn.train --task link` against
+the in-memory PyG reference (link_reference.py) on the same link batches and
+eval negatives, paired by seed; the bound: mean test MRR and AUC within 1
+point of the reference's.
+
 Datasets are prepared once into --workdir/data (the variants beside their
 features); results go to bench/results/accuracy[-quantized].json and the
 tables to docs/accuracy.md, where each study rewrites only its own part.
 
 Modules: `datasets` (the graphs and how they are prepared), `runs` (the hyper-parameters, one training run,
 runs of settings x seeds and paired differences), one module per study (`reference_study`, `quantized` with
-`quantized_report`, `settings` for the sampler and precision studies), each with its tables and section.
+`quantized_report`, `settings` for the sampler and precision studies, `cooperative`, `link_study` with its
+reference `link_reference`), each with its tables and section.
 """

@@ -7,6 +7,7 @@
     python -m bench.accuracy --study sampler [--datasets ...,synthetic] [--settings "neighbor;labor;..."]
     python -m bench.accuracy --study precision [--datasets ...,synthetic]
     python -m bench.accuracy --study cooperative [--datasets amazon_computers,coauthor_cs] [--seeds 10]
+    python -m bench.accuracy --study link [--datasets cora,...] [--seeds 5]
     python -m bench.accuracy [--study quantized|sampler|precision|cooperative] --smoke  # Cora, 1 seed, 3 epochs
 
 The studies are described in bench/accuracy/__init__.py; this module checks the options and runs one.
@@ -29,6 +30,7 @@ from .quantized import QUANT_DATASETS, QUANT_FEATURES, QUANT_SEEDS, quantized_st
 from .quantized_report import publish
 from .cooperative import DATASETS as COOP_DATASETS, SEEDS as COOP_SEEDS, cooperative_study
 from .datasets import DATASETS, SHARED, SYNTHETIC
+from .link_study import link_study
 from .reference_study import reference_study
 from .runs import HOST_CACHE_FRACTION, MODEL
 from .settings import PRECISION_SETTINGS, SAMPLER_DATASETS, SAMPLER_SETTINGS, SETTINGS_STUDIES, settings_study
@@ -36,12 +38,13 @@ from .settings import PRECISION_SETTINGS, SAMPLER_DATASETS, SAMPLER_SETTINGS, SE
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision", "cooperative"),
+    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision", "cooperative", "link"),
                     default="reference",
                     help="reference: diskgnn.train against the in-memory reference; quantized: fp32 against "
                          "each quantized variant (issue 7); sampler: neighbour sampling against LABOR and "
                          "dependent minibatches (issue 22); precision: bf16 against fp32 (issue 25); cooperative: "
-                         "2 cooperative ranks against one process (issue 38)")
+                         "2 cooperative ranks against one process (issue 38); link: --task link against PyG's "
+                         "in-memory link prediction (issue 39)")
     ap.add_argument("--settings",
                     help="sampler and precision studies: settings to run, separated by ';' (default all; the "
                          "baseline, neighbor or fp32, is added when missing), from: " + "; ".join(SAMPLER_SETTINGS)
@@ -72,6 +75,7 @@ def main(argv=None) -> dict:
                                                          "quantized study with fp32, sq16 and sq1")
     args = ap.parse_args(argv)
     quantized, sampler, coop = args.study == "quantized", args.study in SETTINGS_STUDIES, args.study == "cooperative"
+    link = args.study == "link"
     if args.smoke:
         args.datasets, args.seeds, args.epochs = "cora", 1, args.epochs or 3
         if quantized:
@@ -79,7 +83,7 @@ def main(argv=None) -> dict:
         args.settings = args.settings or ("neighbor;labor + layer dep., κ=4" if args.study == "sampler" else None)
     known = QUANT_DATASETS if quantized else SAMPLER_DATASETS if sampler else tuple(DATASETS)
     names = (args.datasets or ",".join(COOP_DATASETS if coop else known)).split(",")
-    if (quantized or sampler or coop) and args.models is not None:
+    if (quantized or sampler or coop or link) and args.models is not None:
         raise SystemExit(f"bench.accuracy: --models is for the reference study; the {args.study} study trains "
                          f"{MODEL}")
     table = SETTINGS_STUDIES.get(args.study, (SAMPLER_SETTINGS, None))[0]
@@ -122,6 +126,8 @@ def main(argv=None) -> dict:
         return settings_study(args, names, settings, work, out, md, info, command)
     if coop:
         return cooperative_study(args, names, work, out, md, info, command)
+    if link:
+        return link_study(args, names, work, out, md, info, command)
     if quantized:
         result = publish(quantized_study(args, names, features, work, out, info, command), md)
     else:

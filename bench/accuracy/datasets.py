@@ -66,19 +66,22 @@ def dataset_spec(name: str) -> Spec:
     return SYNTHETIC_SPEC if name == SYNTHETIC else SPARSE[name] if name in SPARSE else DATASETS[name]
 
 
-def prepared(name: str, shared: Path, cache: Path) -> Path:
-    """The dataset directory for `name`, prepared on first use (and again if its recipe changed)."""
+def prepared(name: str, shared: Path, cache: Path, edge_split: tuple | None = None) -> Path:
+    """The dataset directory for `name`, prepared on first use (and again if its recipe changed); with
+    `edge_split`, its link prediction variant (NAME-link: those shares of the edges held out, seed 0)."""
     if name == SYNTHETIC:
         return default_dataset(progress=False, path=cache / SYNTHETIC)
     spec = dataset_spec(name)
-    out = cache / name
+    out = cache / (f"{name}-link" if edge_split else name)
     split = "source" if spec.split_per_class is None else \
         f"per-class {spec.split_per_class[0]},{spec.split_per_class[1]} (seed {PREPARE['split_seed']})"
     try:
-        options = read_manifest(out)["producer"]["options"]
+        manifest = read_manifest(out)
+        options = manifest["producer"]["options"]
         if (options["split"], options["undirected"], options["drop_self_loops"],
-                options.get("normalize_features", False)) == (
-                split, PREPARE["undirected"], PREPARE["drop_self_loops"], spec.normalize_features):
+                options.get("normalize_features", False), manifest.get("edge_split", {}).get("ratios")) == (
+                split, PREPARE["undirected"], PREPARE["drop_self_loops"], spec.normalize_features,
+                list(edge_split) if edge_split else None):
             return out
     except (DiskgnnError, KeyError):
         pass
@@ -87,7 +90,7 @@ def prepared(name: str, shared: Path, cache: Path) -> Path:
         raise DiskgnnError(f"{source} is absent (the real datasets live in ../shared/datasets beside the repo)")
     cache.mkdir(parents=True, exist_ok=True)
     path = prepare(source, out, split_per_class=spec.split_per_class, overwrite=True, progress=False,
-                   normalize_features=spec.normalize_features, **PREPARE)
+                   normalize_features=spec.normalize_features, edge_split=edge_split, **PREPARE)
     if read_manifest(path)["producer"]["options"]["split"] != split:
         raise DiskgnnError(f"{source}: prepared with split {read_manifest(path)['producer']['options']['split']!r}, "
                            f"expected {split!r}")

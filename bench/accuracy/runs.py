@@ -90,10 +90,11 @@ def pool(jobs: int) -> Iterator[ProcessPoolExecutor | None]:
             else None
 
 
-def prepared_or_exit(name: str, args, work: Path) -> Path:
-    """The dataset `name` prepared under work/data, or the study stopped with the reason."""
+def prepared_or_exit(name: str, args, work: Path, edge_split: tuple | None = None) -> Path:
+    """The dataset `name` (with `edge_split`: its link variant) prepared under work/data, or the study stopped
+    with the reason."""
     try:
-        return prepared(name, Path(args.shared), work / "data")
+        return prepared(name, Path(args.shared), work / "data", edge_split)
     except DiskgnnError as e:
         raise SystemExit(f"bench.accuracy: {e}") from None
 

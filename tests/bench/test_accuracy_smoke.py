@@ -220,3 +220,26 @@ def test_cooperative_accuracy_bench_smoke(tmp_path):
     assert coop["train_loss"] == pytest.approx(one["train_loss"], rel=1e-4)
     assert not (tmp_path / "work" / "runs").exists() or not any((tmp_path / "work" / "runs").iterdir())
     assert MARKERS[0] in md.read_text() and "| cora | 1 |" in md.read_text()
+
+
+def test_link_accuracy_bench_smoke(tmp_path):
+    """The link study on Cora (1 seed, 3 epochs): diskgnn's --task link and the PyG reference each score the
+    held-out edges of Cora's link variant, paired in the study's section of the markdown."""
+    shared_dataset("planetoid_cora")
+    pytest.importorskip("torch_geometric", reason="the link reference's encoder is PyG's GraphSAGE")
+    from bench.accuracy.cli import main
+    from bench.accuracy.link_study import MARKERS
+
+    md = tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n")
+    out = tmp_path / "l.json"
+    result = main(["--study", "link", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
+                   "--markdown", str(md)])
+    saved = json.loads(out.read_text())
+    assert [r["system"] for r in saved["runs"]] == ["reference", "diskgnn"]
+    for r in saved["runs"]:
+        assert 0 < r["mrr"] <= 1 and 0.5 < r["auc"] <= 1, r  # both learned something in 3 epochs
+    row = result["aggregate"][0]
+    assert row["dataset"] == "cora" and row["mrr"]["seeds"] == 1
+    text = md.read_text()
+    assert MARKERS[0] in text and "| cora | 3 | 1 | MRR |" in text and "| cora | 3 | 1 | AUC |" in text

@@ -1,0 +1,117 @@
+"""The link study (issue 39): `diskgnn.train --task link` against the in-memory PyG reference
+(bench.accuracy.link_reference) on the four real graphs, paired by seed; its table and its section of
+docs/accuracy.md.
+
+Each graph is prepared undirected without self-loops and with an edge split of 0.85 / 0.05 / 0.10 (seed 0).
+Both systems train GraphSAGE (2 layers, hidden 256) with a dot decoder and BCE on the same link batches
+(1,024 train edges, 10 chunks of 100 uniform negatives), Adam at lr 0.001, no dropout, for the dataset's
+epochs; diskgnn samples fanouts 10,5 out of core (offline sampling, the default plan under 2 GiB), the
+reference runs its encoder on the whole graph in memory at every step. Both rank the held-out edges against
+the same 1,000 negatives per eval batch; the best val MRR picks the epoch. The bound (done-when): the mean
+test MRR and AUC within 1 point of the reference's.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from diskgnn.train.loop import versions
+
+from ..harness.common import REPO
+from ..harness.output import finish, report_markers, write_json
+from ..harness.seeds import paired_delta, pm, stats
+from .runs import prepared_or_exit
+
+DATASETS = ("cora", "citeseer", "amazon_computers", "coauthor_cs")
+EDGE_SPLIT = (0.85, 0.05, 0.1)
+EPOCHS = {"cora": 20, "citeseer": 20, "amazon_computers": 5, "coauthor_cs": 5}
+SHARED = ["--batch-size", "1024", "--chunks", "10", "--negatives", "100", "--hidden", "256", "--lr", "0.001",
+          "--dropout", "0", "--eval-negatives", "1000"]
+DISKGNN = ["--fanouts", "10,5", "--memory-budget", "2GiB", "--no-progress", "--checkpoint-every", "off"]
+SYSTEMS = ("reference", "diskgnn")
+METRICS = ("mrr", "auc")
+BOUND = 1.0  # points, |diskgnn - reference| of the mean test MRR and AUC
+MARKERS = report_markers("bench.accuracy", "--study link")
+
+
+def run(data: Path, system: str, seed: int, epochs: int, work: Path) -> dict:
+    """One run's test metrics (its workdir removed after)."""
+    tag = f"{data.name}-{system}-seed{seed}"
+    out = work / "summaries" / f"{tag}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    common = ["--data", str(data), "--seed", str(seed), "--epochs", str(epochs), *SHARED]
+    if system == "reference":
+        argv = [sys.executable, "-m", "bench.accuracy.link_reference", *common, "--out", str(out)]
+    else:
+        argv = [sys.executable, "-m", "diskgnn.train", "--task", "link", *common, *DISKGNN, "--workdir",
+                str(work / "runs" / tag), "--summary-json", str(out)]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    shutil.rmtree(work / "runs" / tag, ignore_errors=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench.accuracy: {tag} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    s = json.loads(out.read_text())
+    test = s["test"] if system == "reference" else s["test_metrics"]
+    return {**{m: test[m] for m in ("mrr", "hits@1", "hits@10", "auc")}, "best_epoch": s["best_epoch"],
+            "wall_s": time.perf_counter() - start}
+
+
+def link_study(args, names: list[str], work: Path, out: Path, md: Path, info: dict, command: str) -> dict:
+    seeds = list(range(args.seeds))
+    runs: list[dict] = []
+    result: dict = {}
+    for name in names:
+        data = prepared_or_exit(name, args, work, EDGE_SPLIT)
+        epochs = args.epochs or EPOCHS[name]
+        for seed in seeds:
+            for system in SYSTEMS:
+                runs.append({"dataset": name, "system": system, "seed": seed, "epochs": epochs,
+                             **run(data, system, seed, epochs, work)})
+                print(f"{name} {system} seed {seed}: test MRR {runs[-1]['mrr']:.4f}, AUC {runs[-1]['auc']:.4f}",
+                      flush=True)
+            result = {"benchmark": "accuracy-link", "machine": info, "versions": versions(), "command": command,
+                      "seeds": seeds, "edge_split": EDGE_SPLIT, "shared": SHARED, "diskgnn": DISKGNN,
+                      "bound_points": BOUND, "runs": runs, "aggregate": aggregate(runs)}
+            write_json(out, result)  # after every seed: a long study that stops keeps what it measured
+    return finish(result, None, table=table(result["aggregate"]), report=md, markers=MARKERS,
+                  section=lambda _: markdown(result))
+
+
+def aggregate(runs: list[dict]) -> list[dict]:
+    rows = []
+    for name in dict.fromkeys(r["dataset"] for r in runs):
+        row = {"dataset": name, "epochs": next(r["epochs"] for r in runs if r["dataset"] == name)}
+        for m in METRICS:
+            by = {s: {r["seed"]: r[m] for r in runs if r["dataset"] == name and r["system"] == s} for s in SYSTEMS}
+            both = sorted(set(by["reference"]) & set(by["diskgnn"]))
+            delta, se = paired_delta(by["diskgnn"], by["reference"])
+            row[m] = {"seeds": len(both), **{s: stats([by[s][k] for k in both]) for s in SYSTEMS},
+                      "delta": delta, "delta_se": se,
+                      "within": delta is not None and abs(delta) <= BOUND}
+        rows.append(row)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| dataset | epochs | seeds | metric | PyG in memory | diskgnn out of core | difference (SE) | within "
+             f"{BOUND:g} point |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for m in METRICS:
+            c = r[m]
+            delta = f"{c['delta']:+.2f} ({c['delta_se']:.2f})" if c["delta_se"] is not None else \
+                (f"{c['delta']:+.2f}" if c["delta"] is not None else "-")
+            lines.append(f"| {r['dataset']} | {r['epochs']} | {c['seeds']} | {m.upper()} | {pm(c['reference'])} | "
+                         f"{pm(c['diskgnn'])} | {delta} | {'yes' if c['within'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+def markdown(result: dict) -> str:
+    return (f"Test MRR and AUC (x 100, mean ± std over seeds {result['seeds'][0]}-{result['seeds'][-1]}) against "
+            f"1,000 sampled negatives per batch of 1,000 held-out edges; edge split {result['edge_split']}; both "
+            f"systems `{' '.join(SHARED)}`, diskgnn `{' '.join(DISKGNN)}`; difference: diskgnn minus the reference, "
+            f"paired by seed, in points. `{result['command']}`\n\n" + table(result["aggregate"]))
