@@ -36,15 +36,17 @@ class MiniBatch:
     """One batch on its way through the stages, and what a pass yields: `blocks` (TensorBlocks, input hop first),
     `x` (the input rows' float32 features, row i for `input_nodes[i]`), `labels` (the seeds'), and `batch`
     (the sampled batch: global ids). Under cooperative minibatching `share` is this rank's part of the
-    global batch, and `input_nodes` the rows it reads."""
+    global batch, and `input_nodes` the rows it reads. Under --task link `link` is the batch's LinkBatch (its
+    edges and negatives; diskgnn/offline/link_batches.py), computed in the pipeline's first stage."""
 
-    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready", "salt")
+    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready", "salt", "link")
 
     def __init__(self, batch, blocks, labels, share=None, label_source=None, salt=(0,)):
         self.batch, self.blocks, self.labels, self.share = batch, blocks, labels, share
         self.label_source = label_source  # every node's labels (to_pyg's y)
         self.salt = salt  # the (global) batch's: its first seed, which keys its dropout masks with the epoch's
         self.pending = None
+        self.link = None
         self.x = None
         self.ready = None  # with CUDA: the event after the batch's copies, on the copy stream
 
@@ -158,17 +160,21 @@ class OfflineLoader(_Loader):
     """Batches of one sample file, features from a FeatureStore over its packs."""
 
     def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, read_depth: int,
-                 cooperative=None, hag=None):
+                 cooperative=None, hag=None, link=None):
         """`cooperative`: a global batch -> this rank's Share (diskgnn/distributed/cooperative.py), for the
-        batches of a cooperative run; the store then holds this rank's rows only. `hag`: a HagBuilder."""
+        batches of a cooperative run; the store then holds this rank's rows only. `hag`: a HagBuilder. `link`:
+        the LinkEpoch whose batch b the file's batch b was sampled for (--task link)."""
         self.samples, self.store, self.labels = sample_file, store, labels
-        self.read_depth, self.cooperative, self.hag = read_depth, cooperative, hag
+        self.read_depth, self.cooperative, self.hag, self.link = read_depth, cooperative, hag, link
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _work(self, b: int) -> MiniBatch:
-        return _work(self.samples[b], self.labels, self.store.device, self.cooperative, self.hag)
+        work = _work(self.samples[b], self.labels, self.store.device, self.cooperative, self.hag)
+        if self.link is not None:
+            work.link = self.link[work.batch.index]
+        return work
 
     def disk_bytes(self) -> int:
         return self.store.disk.bytes

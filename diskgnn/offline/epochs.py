@@ -118,14 +118,13 @@ class OfflineEpochs:
 
     def sample(self, epoch: int) -> SampleFile:
         return self._sample(f"epoch-{epoch:05d}.samples", fanouts=list(self.spec.fanouts), epoch=epoch,
-                            max_batches=self.max_batches, shard=self.spec.shard, batches=self.link_epoch(epoch))
+                            max_batches=self.max_batches, shard=self.spec.shard,
+                            batches=None if self.spec.link is None else self.link_batches(epoch).seeds())
 
-    def link_epoch(self, epoch: int):
-        """--task link: epoch's batches' seeds (each computed when sampled); None for node classification."""
-        if self.spec.link is None:
-            return None
+    def link_batches(self, epoch: int) -> LinkEpoch:
+        """--task link: the epoch's batches (their seeds are what sample() samples, each computed when asked)."""
         ds = self.dataset
-        return LinkEpoch(ds.indptr, ds.indices, self.spec.link, seed=self.spec.seed, epoch=epoch).seeds()
+        return LinkEpoch(ds.indptr, ds.indices, self.spec.link, seed=self.spec.seed, epoch=epoch)
 
     def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""

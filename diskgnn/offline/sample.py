@@ -256,6 +256,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         return list(pool.map(lambda rec: rec + hag.encode(parse_record(rec, 0)), records))
 
     def sample_all() -> None:
+        nonlocal seen_seeds
         # Group g is written while group g + 1 is sampled (both release the GIL): written after
         # sampling, the page cache's write throttling added W1 16M's 0.9 GB in 1.4 s to 4.7 s of sampling.
         with open(tmp, "wb") as f, ThreadPoolExecutor(1, thread_name_prefix="diskgnn-samples") as writer, \
@@ -264,7 +265,6 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
             for g in range(0, len(index), defaults.SAMPLE_GROUP):
                 group = [batches[int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]
                 flat = np.concatenate(group) if group else np.empty(0, np.int64)
-                nonlocal seen_seeds
                 seen_seeds += flat.size
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
                 keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]

@@ -183,12 +183,12 @@ class Loader:
 
     def link_batches(self, split_or_epoch) -> LinkEpoch:
         """--task link: an epoch's train batches, or a split's eval batches (what its sample file's batch b was
-        sampled for is batch b here)."""
-        ds, cfg = self.ds, self.cfg
+        sampled for is batch b here; a pass's MiniBatch carries its own as `link`)."""
+        ds = self.ds
         if isinstance(split_or_epoch, str):
             return LinkEpoch.held_out(ds.held_out_edges(split_or_epoch), ds.indptr, ds.indices,
-                                      negatives=cfg.eval_negatives, split_key=EVAL_EPOCH[split_or_epoch])
-        return LinkEpoch(ds.indptr, ds.indices, cfg.link_spec, seed=cfg.seed, epoch=split_or_epoch)
+                                      negatives=self.cfg.eval_negatives, split_key=EVAL_EPOCH[split_or_epoch])
+        return self.epochs.link_batches(split_or_epoch)
 
     def eval_seeds(self, split: str) -> np.ndarray:
         """The split's seeds this rank evaluates (every world-th)."""
@@ -224,7 +224,7 @@ class Loader:
         if cfg.sampling == "online":
             source = self._online_source(self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split])
         elif split in self.eval_files:
-            source = self._offline_source(self.eval_files[split])
+            source = self._offline_source(self.eval_files[split], split)
         else:
             return Pass(self, None, np.arange(0), 0, train=False)  # this rank's share of the split is empty
         order = np.arange(len(source))
@@ -236,7 +236,7 @@ class Loader:
         if cfg.sampling == "online":
             return self._online_source(self.train_ids, cfg.fanout_list, epoch)
         files = self.epochs.files(epoch)
-        source = self._offline_source(files)
+        source = self._offline_source(files, epoch)
         if cfg.distributed == "cooperative":
             g, owner, n = self.group, cfg.owner, self.ds.num_nodes
             source.cooperative = lambda batch: cooperative.exchange_plan(
@@ -249,12 +249,13 @@ class Loader:
                             labels=self.labels, device=self.device, read_depth=self.read_depth, backend=cfg.backend,
                             features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
 
-    def _offline_source(self, files) -> OfflineLoader:
+    def _offline_source(self, files, split_or_epoch) -> OfflineLoader:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source,
                              read_depth=self.read_depth, slab_rows=self.plan.batch_rows)
         self.backend = store.backend
-        return OfflineLoader(files.samples, store, self.labels, self.read_depth, hag=self.hag)
+        link = self.link_batches(split_or_epoch) if self.cfg.task == "link" else None
+        return OfflineLoader(files.samples, store, self.labels, self.read_depth, hag=self.hag, link=link)
 
     def _finished(self, p: "Pass", pipeline) -> None:
         """Adds a train pass's stage times, tier rows and disk bytes to the run's."""

@@ -21,10 +21,10 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from .. import defaults
-from ..nn.link import link_loss, metrics_of, rank_sums
-from ..offline.link_batches import LinkBatch
 from ..distributed import cooperative
 from ..distributed.group import Group
+from ..nn.link import link_loss, metrics_of, rank_sums
+from ..offline.link_batches import LinkBatch
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
@@ -46,7 +46,6 @@ class Run:
             self.loader.say(line)
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
-        self.link_epoch = None  # --task link: the training epoch's LinkEpoch
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
 
     def precision_lines(self) -> list[str]:
@@ -72,13 +71,12 @@ class Run:
         """One batch's forward and backward, gradients summed over the ranks where there are several: the
         loss (this rank's seeds' mean; cooperative: their part of the global batch's mean), the bytes sent and
         what the loss is a mean over (seeds, or --task link's edges)."""
-        if self.link_epoch is not None:
+        if mb.link is not None:
             with self.autocast():
                 h = model(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
-            batch = self.link_epoch[mb.batch.index]
-            loss = link_loss(*self.link_scores(model, h.float(), batch), self.cfg.link_loss)
+            loss = link_loss(*self.link_scores(model, h.float(), mb.link), self.cfg.link_loss)
             loss.backward()
-            return loss, 0, batch.src.size
+            return loss, 0, mb.link.src.size
         if mb.share is not None:
             with self.autocast():
                 logits, sent = cooperative.forward(model, mb.share, mb.x, mb.salt)
@@ -110,7 +108,6 @@ class Run:
         saves anyway). Returns the finished pass."""
         cfg, interval = self.cfg, self.cfg.checkpoint_interval
         epoch = self.loader.epoch(state.epoch, state.next_batch)
-        self.link_epoch = self.loader.link_batches(state.epoch) if cfg.task == "link" else None
         model.train()
         # Dropout masks depend on (seed, epoch), the batch and the node only (nn/dropout.py), so a resumed run
         # repeats them, and every rank draws the ones one process would for its rows.
@@ -174,12 +171,11 @@ class Run:
     def _evaluate_link(self, model, split: str) -> dict:
         """rank_sums over this rank's eval batches of the split."""
         model.eval()
-        batches = self.loader.link_batches(split)
         sums = rank_sums(torch.zeros(0), torch.zeros(0, 1))
         for mb in self.loader.evaluation(split):
             with self.autocast():
                 h = model(mb.blocks, mb.x)
-            for k, v in rank_sums(*self.link_scores(model, h.float(), batches[mb.batch.index])).items():
+            for k, v in rank_sums(*self.link_scores(model, h.float(), mb.link)).items():
                 sums[k] += v
         return sums
 
