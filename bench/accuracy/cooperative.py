@@ -11,20 +11,15 @@ the difference at scale: float summation order.
 
 from __future__ import annotations
 
-import json
-import shutil
 import socket
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from diskgnn.train.loop import versions
 
-from ..harness.common import REPO
-from ..harness.output import finish, report_markers, write_json
+from ..harness.output import finish, report_markers
 from ..harness.seeds import paired_delta, pm, stats
-from .runs import prepared_or_exit
+from .runs import paired_runs, prepared_or_exit, subprocess_run
 
 DATASETS = ("amazon_computers", "coauthor_cs")
 SEEDS, EPOCHS, BATCH, RANKS = 10, 60, 128, 2
@@ -41,10 +36,9 @@ def _port() -> int:
 
 
 def run(data: Path, mode: str, seed: int, epochs: int, work: Path) -> dict:
-    """One run's summary (its workdir removed after: packs of wide rows fill a disk over 40 runs)."""
+    """One run's summary."""
     tag = f"{data.name}-{mode.replace(' ', '-')}-seed{seed}"
     workdir, summary = work / "runs" / tag, work / "summaries" / f"{tag}.json"
-    summary.parent.mkdir(parents=True, exist_ok=True)
     train = ["-m", "diskgnn.train", "--data", str(data), "--workdir", str(workdir), "--seed", str(seed),
              "--epochs", str(epochs), "--summary-json", str(summary), *HPARAMS]
     if mode == "one process":
@@ -53,31 +47,21 @@ def run(data: Path, mode: str, seed: int, epochs: int, work: Path) -> dict:
         argv = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={RANKS}", "--nnodes=1",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_port()}", *train,
                 "--batch-size", str(BATCH // RANKS), "--distributed", "cooperative"]
-    start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
-    shutil.rmtree(workdir, ignore_errors=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench.accuracy: {tag} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    s = json.loads(summary.read_text())
+    s, wall = subprocess_run(argv, tag, workdir, summary)
     return {"test_acc": s["test_acc"], "val_acc": s["val_acc"], "best_epoch": s["best_epoch"],
-            "train_loss": s["train_loss"], "wall_s": time.perf_counter() - start}
+            "train_loss": s["train_loss"], "wall_s": wall}
 
 
 def cooperative_study(args, names: list[str], work: Path, out: Path, md: Path, info: dict, command: str) -> dict:
     seeds = list(range(args.seeds))
     epochs = args.epochs or EPOCHS
-    runs: list[dict] = []
-    result: dict = {}
-    for name in names:
-        data = prepared_or_exit(name, args, work)
-        for seed in seeds:
-            for mode in MODES:
-                runs.append({"dataset": name, "mode": mode, "seed": seed, **run(data, mode, seed, epochs, work)})
-                print(f"{name} {mode} seed {seed}: test acc {100 * runs[-1]['test_acc']:.2f}", flush=True)
-            result = {"benchmark": "accuracy-cooperative", "machine": info, "versions": versions(), "command": command,
-                      "seeds": seeds, "epochs": epochs, "ranks": RANKS, "batch_size": BATCH, "hyperparameters": HPARAMS,
-                      "runs": runs, "aggregate": aggregate(runs)}
-            write_json(out, result)  # after every seed: a long study that stops keeps what it measured
+    result = paired_runs(
+        names, seeds, MODES, "mode", lambda name: prepared_or_exit(name, args, work),
+        lambda data, name, mode, seed: run(data, mode, seed, epochs, work),
+        lambda r: f"{r['dataset']} {r['mode']} seed {r['seed']}: test acc {100 * r['test_acc']:.2f}",
+        lambda runs: {"benchmark": "accuracy-cooperative", "machine": info, "versions": versions(),
+                      "command": command, "seeds": seeds, "epochs": epochs, "ranks": RANKS, "batch_size": BATCH,
+                      "hyperparameters": HPARAMS, "runs": runs, "aggregate": aggregate(runs)}, out)
     return finish(result, None, table=table(result["aggregate"]), report=md, markers=MARKERS,
                   section=lambda _: markdown(result))
 

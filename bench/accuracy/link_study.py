@@ -13,19 +13,14 @@ test MRR and AUC within 1 point of the reference's.
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from diskgnn.train.loop import versions
 
-from ..harness.common import REPO
-from ..harness.output import finish, report_markers, write_json
+from ..harness.output import finish, report_markers
 from ..harness.seeds import paired_delta, pm, stats
-from .runs import prepared_or_exit
+from .runs import paired_runs, prepared_or_exit, subprocess_run
 
 DATASETS = ("cora", "citeseer", "amazon_computers", "coauthor_cs")
 EDGE_SPLIT = (0.85, 0.05, 0.1)
@@ -40,44 +35,30 @@ MARKERS = report_markers("bench.accuracy", "--study link")
 
 
 def run(data: Path, system: str, seed: int, epochs: int, work: Path) -> dict:
-    """One run's test metrics (its workdir removed after)."""
+    """One run's test metrics."""
     tag = f"{data.name}-{system}-seed{seed}"
-    out = work / "summaries" / f"{tag}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
+    workdir, out = work / "runs" / tag, work / "summaries" / f"{tag}.json"
     common = ["--data", str(data), "--seed", str(seed), "--epochs", str(epochs), *SHARED]
     if system == "reference":
         argv = [sys.executable, "-m", "bench.accuracy.link_reference", *common, "--out", str(out)]
     else:
         argv = [sys.executable, "-m", "diskgnn.train", "--task", "link", *common, *DISKGNN, "--workdir",
-                str(work / "runs" / tag), "--summary-json", str(out)]
-    start = time.perf_counter()
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
-    shutil.rmtree(work / "runs" / tag, ignore_errors=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench.accuracy: {tag} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-    s = json.loads(out.read_text())
+                str(workdir), "--summary-json", str(out)]
+    s, wall = subprocess_run(argv, tag, workdir, out)
     test = s["test"] if system == "reference" else s["test_metrics"]
-    return {**{m: test[m] for m in ("mrr", "hits@1", "hits@10", "auc")}, "best_epoch": s["best_epoch"],
-            "wall_s": time.perf_counter() - start}
+    return {"epochs": epochs, **{m: test[m] for m in ("mrr", "hits@1", "hits@10", "auc")},
+            "best_epoch": s["best_epoch"], "wall_s": wall}
 
 
 def link_study(args, names: list[str], work: Path, out: Path, md: Path, info: dict, command: str) -> dict:
     seeds = list(range(args.seeds))
-    runs: list[dict] = []
-    result: dict = {}
-    for name in names:
-        data = prepared_or_exit(name, args, work, EDGE_SPLIT)
-        epochs = args.epochs or EPOCHS[name]
-        for seed in seeds:
-            for system in SYSTEMS:
-                runs.append({"dataset": name, "system": system, "seed": seed, "epochs": epochs,
-                             **run(data, system, seed, epochs, work)})
-                print(f"{name} {system} seed {seed}: test MRR {runs[-1]['mrr']:.4f}, AUC {runs[-1]['auc']:.4f}",
-                      flush=True)
-            result = {"benchmark": "accuracy-link", "machine": info, "versions": versions(), "command": command,
+    result = paired_runs(
+        names, seeds, SYSTEMS, "system", lambda name: prepared_or_exit(name, args, work, EDGE_SPLIT),
+        lambda data, name, system, seed: run(data, system, seed, args.epochs or EPOCHS[name], work),
+        lambda r: f"{r['dataset']} {r['system']} seed {r['seed']}: test MRR {r['mrr']:.4f}, AUC {r['auc']:.4f}",
+        lambda runs: {"benchmark": "accuracy-link", "machine": info, "versions": versions(), "command": command,
                       "seeds": seeds, "edge_split": EDGE_SPLIT, "shared": SHARED, "diskgnn": DISKGNN,
-                      "bound_points": BOUND, "runs": runs, "aggregate": aggregate(runs)}
-            write_json(out, result)  # after every seed: a long study that stops keeps what it measured
+                      "bound_points": BOUND, "runs": runs, "aggregate": aggregate(runs)}, out)
     return finish(result, None, table=table(result["aggregate"]), report=md, markers=MARKERS,
                   section=lambda _: markdown(result))
 

@@ -4,8 +4,10 @@ process, runs of several settings x seeds (in a pool of processes), and test acc
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing as mp
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -17,6 +19,8 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.train.config import TrainConfig
 from diskgnn.train.loop import train
 
+from ..harness.common import REPO
+from ..harness.output import write_json
 from .datasets import prepared
 
 # One set of hyper-parameters for every dataset, model and mode (Kipf & Welling's, 2 layers). A batch of
@@ -97,6 +101,39 @@ def prepared_or_exit(name: str, args, work: Path, edge_split: tuple | None = Non
         return prepared(name, Path(args.shared), work / "data", edge_split)
     except DiskgnnError as e:
         raise SystemExit(f"bench.accuracy: {e}") from None
+
+
+def subprocess_run(argv: list[str], tag: str, workdir: Path, summary: Path) -> tuple[dict, float]:
+    """A study's training run in its own process (in the repository): the JSON it wrote to `summary` and its wall
+    seconds; its workdir removed after (packs of wide rows fill a disk over many runs); the study stopped in one
+    line if the run failed."""
+    summary.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
+    shutil.rmtree(workdir, ignore_errors=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench.accuracy: {tag} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+    return json.loads(summary.read_text()), time.perf_counter() - start
+
+
+def paired_runs(names: list[str], seeds: list[int], modes: tuple[str, ...], key: str, data: Callable[[str], object],
+                run: Callable[[object, str, str, int], dict], line: Callable[[dict], str],
+                result: Callable[[list[dict]], dict], out: Path) -> dict:
+    """Every dataset x seed x mode (modes innermost, so that a seed's modes run side by side): `run(data(name),
+    name, mode, seed)` tagged with the dataset, the mode (under `key`) and the seed, `line` of it printed; after
+    each seed `result(runs)` is written to `out` (a long study that stops keeps what it measured). Returns the
+    last result."""
+    runs: list[dict] = []
+    last: dict = {}
+    for name in names:
+        prepared_data = data(name)
+        for seed in seeds:
+            for mode in modes:
+                runs.append({"dataset": name, key: mode, "seed": seed, **run(prepared_data, name, mode, seed)})
+                print(line(runs[-1]), flush=True)
+            last = result(runs)
+            write_json(out, last)
+    return last
 
 
 def offline_runs(name: str, data: Path, *, epochs: int, limits: dict, settings: dict[str, dict],

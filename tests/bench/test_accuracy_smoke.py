@@ -200,26 +200,32 @@ def test_precision_accuracy_bench_smoke(tmp_path):
     assert PRECISION_MARKERS[0] in text and "| bf16 |" in text and "Largest loss of bf16" in text
 
 
+def smoke_study(tmp_path, study: str) -> tuple[dict, dict, str]:
+    """`bench.accuracy --study STUDY --smoke` into tmp_path: its result, the JSON it saved, the markdown it wrote
+    its section into."""
+    from bench.accuracy.cli import main
+
+    md, out = tmp_path / "accuracy.md", tmp_path / f"{study}.json"
+    md.write_text("# Accuracy\n")
+    result = main(["--study", study, "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
+                   "--markdown", str(md)])
+    return result, json.loads(out.read_text()), md.read_text()
+
+
 def test_cooperative_accuracy_bench_smoke(tmp_path):
     """The cooperative study on Cora (2 ranks under torchrun against one process, 1 seed, 3 epochs): the same
     train losses (to summation order) and test accuracy, in its own section of the markdown."""
     shared_dataset("planetoid_cora")
-    from bench.accuracy.cli import main
     from bench.accuracy.cooperative import MARKERS
 
-    md = tmp_path / "accuracy.md"
-    md.write_text("# Accuracy\n")
-    out = tmp_path / "c.json"
-    result = main(["--study", "cooperative", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
-                   "--markdown", str(md)])
-    saved = json.loads(out.read_text())
+    result, saved, text = smoke_study(tmp_path, "cooperative")
     assert [r["mode"] for r in saved["runs"]] == ["one process", "cooperative"]
     row = result["aggregate"][0]
     assert row["seeds"] == 1 and row["same_accuracy"] == 1 and row["delta"] == 0
     one, coop = saved["runs"]
     assert coop["train_loss"] == pytest.approx(one["train_loss"], rel=1e-4)
     assert not (tmp_path / "work" / "runs").exists() or not any((tmp_path / "work" / "runs").iterdir())
-    assert MARKERS[0] in md.read_text() and "| cora | 1 |" in md.read_text()
+    assert MARKERS[0] in text and "| cora | 1 |" in text
 
 
 def test_link_accuracy_bench_smoke(tmp_path):
@@ -227,19 +233,12 @@ def test_link_accuracy_bench_smoke(tmp_path):
     held-out edges of Cora's link variant, paired in the study's section of the markdown."""
     shared_dataset("planetoid_cora")
     pytest.importorskip("torch_geometric", reason="the link reference's encoder is PyG's GraphSAGE")
-    from bench.accuracy.cli import main
     from bench.accuracy.link_study import MARKERS
 
-    md = tmp_path / "accuracy.md"
-    md.write_text("# Accuracy\n")
-    out = tmp_path / "l.json"
-    result = main(["--study", "link", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out),
-                   "--markdown", str(md)])
-    saved = json.loads(out.read_text())
+    result, saved, text = smoke_study(tmp_path, "link")
     assert [r["system"] for r in saved["runs"]] == ["reference", "diskgnn"]
     for r in saved["runs"]:
         assert 0 < r["mrr"] <= 1 and 0.5 < r["auc"] <= 1, r  # both learned something in 3 epochs
     row = result["aggregate"][0]
     assert row["dataset"] == "cora" and row["mrr"]["seeds"] == 1
-    text = md.read_text()
     assert MARKERS[0] in text and "| cora | 3 | 1 | MRR |" in text and "| cora | 3 | 1 | AUC |" in text
