@@ -30,6 +30,8 @@ from diskgnn.data.format import open_dataset
 from diskgnn.errors import run_cli
 from diskgnn.nn.link import DECODERS, LOSSES, Decoder, link_loss, metrics_of, rank_sums
 from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
+from diskgnn.train.loader import EVAL_EPOCH
+
 
 def graph_edges(ds) -> torch.Tensor:
     """The train graph's edges (src, dst): the message-passing edge_index."""
@@ -76,8 +78,9 @@ def train(args) -> dict:
     ds = open_dataset(args.data)
     edge_index = graph_edges(ds)
     x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
+    # diskgnn.train's eval batches, keys included: the same negatives for both systems
     held = {s: LinkEpoch.held_out(ds.held_out_edges(s), ds.indptr, ds.indices, negatives=args.eval_negatives,
-                                  split_key=k) for k, s in enumerate(("val", "test"))}
+                                  split_key=EVAL_EPOCH[s]) for s in ("val", "test")}
     known = known_by_source(ds, edge_index) if args.all_nodes else None
     torch.manual_seed(args.seed)
     encoder = GraphSAGE(ds.feature_dim, args.hidden, num_layers=2, out_channels=args.hidden, dropout=args.dropout)
