@@ -28,7 +28,7 @@ import torch
 
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import run_cli
-from diskgnn.nn.link import DECODERS, LOSSES, Decoder, link_loss, metrics_of, rank_sums
+from diskgnn.nn.link import DECODERS, LOSSES, Decoder, batch_scores, link_loss, metrics_of, rank_sums
 from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
 from diskgnn.train.loader import EVAL_EPOCH
 
@@ -55,12 +55,10 @@ def evaluate(h: torch.Tensor, decoder: Decoder, batches: LinkEpoch, known=None) 
     batches), and with `known`, the MRR against every node, filtered."""
     sums, all_nodes = {}, 0.0
     for batch in batches:
-        src = h[torch.from_numpy(batch.src)]
-        pos = decoder(src, h[torch.from_numpy(batch.dst)])
-        neg = decoder.against(src, h[torch.from_numpy(batch.negatives)], torch.from_numpy(batch.chunk_of))
+        pos, neg = batch_scores(decoder, h, batch)
         sums = {k: sums.get(k, 0) + v for k, v in rank_sums(pos, neg).items()}
         if known is not None:
-            scores = src @ (h * decoder.relation if decoder.relation is not None else h).T
+            scores = h[torch.from_numpy(batch.src)] @ (h * decoder.relation if decoder.relation is not None else h).T
             for row, (u, v) in enumerate(zip(batch.src.tolist(), batch.dst.tolist())):
                 scores[row, known[u][known[u] != v]] = -torch.inf
                 scores[row, v] = -torch.inf  # the positive itself is not its own negative
@@ -93,11 +91,7 @@ def train(args) -> dict:
         encoder.train()
         for batch in LinkEpoch(ds.indptr, ds.indices, spec, seed=args.seed, epoch=epoch):
             optimizer.zero_grad()
-            h = encoder(x, edge_index)
-            src = h[torch.from_numpy(batch.src)]
-            pos = decoder(src, h[torch.from_numpy(batch.dst)])
-            neg = decoder.against(src, h[torch.from_numpy(batch.negatives)], torch.from_numpy(batch.chunk_of))
-            loss = link_loss(pos, neg, args.loss)
+            loss = link_loss(*batch_scores(decoder, encoder(x, edge_index), batch), args.loss)
             loss.backward()
             optimizer.step()
         encoder.eval()

@@ -44,6 +44,17 @@ class Decoder(nn.Module):
         return torch.cat([src[a:b] @ negatives[c].T for c, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))])
 
 
+def batch_scores(decoder: Decoder, h: torch.Tensor, batch, rows=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A link batch's positives' scores [E] and their chunks' negatives' [E, K] (offline/link_batches.py's
+    LinkBatch), from representations `h`: row `rows(ids)` for node ids (default: row = id, every node's)."""
+    def at(ids) -> torch.Tensor:
+        return h[torch.from_numpy(ids if rows is None else rows(ids)).to(h.device)]
+
+    src = at(batch.src)
+    return decoder(src, at(batch.dst)), decoder.against(src, at(batch.negatives),
+                                                        torch.from_numpy(batch.chunk_of).to(h.device))
+
+
 def link_loss(pos: torch.Tensor, neg: torch.Tensor, kind: str) -> torch.Tensor:
     """pos [E], neg [E, K]. bce: each positive labelled 1 and its negatives 0, the negatives' terms averaged so
     that they weigh as much as the positive (averaged over all 1 + K scores, K of them negative, the model

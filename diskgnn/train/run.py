@@ -23,8 +23,7 @@ from tqdm import tqdm
 from .. import defaults
 from ..distributed import cooperative
 from ..distributed.group import Group
-from ..nn.link import link_loss, metrics_of, rank_sums
-from ..offline.link_batches import LinkBatch
+from ..nn.link import batch_scores, link_loss, metrics_of, rank_sums
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
@@ -74,7 +73,7 @@ class Run:
         if mb.link is not None:
             with self.autocast():
                 h = model(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
-            loss = link_loss(*self.link_scores(model, h.float(), mb.link), self.cfg.link_loss)
+            loss = link_loss(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local), self.cfg.link_loss)
             loss.backward()
             return loss, 0, mb.link.src.size
         if mb.share is not None:
@@ -89,17 +88,6 @@ class Run:
         loss = F.cross_entropy(logits.float(), mb.labels)
         loss.backward()  # DDP averages the ranks' gradients as it goes
         return loss, 0, mb.labels.numel()
-
-    def link_scores(self, model, h: torch.Tensor, batch: LinkBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """--task link: the batch's positives' scores [E] and their chunks' negatives' [E, K], from the seeds'
-        representations `h` (row i: batch.seeds[i], the order the batch was sampled in)."""
-        def rows(ids: np.ndarray) -> torch.Tensor:
-            return h[torch.from_numpy(batch.local(ids)).to(h.device)]
-
-        src = rows(batch.src)
-        pos = model.decoder(src, rows(batch.dst))
-        neg = model.decoder.against(src, rows(batch.negatives), torch.from_numpy(batch.chunk_of).to(h.device))
-        return pos, neg
 
     def train_epoch(self, model, optimizer, state: EpochState,
                     checkpoint: Callable[[EpochState], None] | None = None) -> Pass:
@@ -175,7 +163,7 @@ class Run:
         for mb in self.loader.evaluation(split):
             with self.autocast():
                 h = model(mb.blocks, mb.x)
-            for k, v in rank_sums(*self.link_scores(model, h.float(), mb.link)).items():
+            for k, v in rank_sums(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local)).items():
                 sums[k] += v
         return sums
 
