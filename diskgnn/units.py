@@ -34,3 +34,25 @@ def format_size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+_SECONDS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
+
+
+def parse_seconds(text: str) -> float | None:
+    """A positive time such as 90s, 10min or 1h in seconds; None for anything else."""
+    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(s|sec|min|m|h)", str(text).strip().lower())
+    return float(m.group(1)) * _SECONDS[m.group(2)] if m and float(m.group(1)) > 0 else None
+
+
+def parse_interval(text: str) -> tuple[str, float] | None:
+    """--checkpoint-every: ("batches", N), ("seconds", S), or None (off)."""
+    t = str(text).strip().lower()
+    if t in ("0", "off", "none"):
+        return None
+    if t.isdigit():
+        return "batches", int(t)
+    if parse_seconds(t) is None:
+        raise UsageError(f"--checkpoint-every {text}: expected a time such as 90s, 10min or 1h, a number of "
+                         "batches, or off")
+    return "seconds", parse_seconds(t)

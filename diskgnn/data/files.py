@@ -242,12 +242,12 @@ class ArrayFileWriter:
         a = np.ascontiguousarray(array, dtype=self.dtype)
         if a.shape[1:] != self.row_shape:
             raise AssertionError(f"{self.path.name}: rows of shape {a.shape[1:]}, expected {self.row_shape}")
+        self.rows += a.shape[0]  # rows of no columns (a featureless dataset's features) count too
         if a.size == 0:  # nothing to write, and memoryview refuses to cast an empty 2-D array
             return
         data = memoryview(a).cast("B")
         guard_io(self.path, lambda: self._f.write(data))
         self._hash.update(data)
-        self.rows += a.shape[0]
         self.nbytes += a.nbytes
 
     def close(self) -> dict:

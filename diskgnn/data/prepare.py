@@ -251,7 +251,7 @@ class _Job:
         writer = b.writer("features", dtype, (src.feature_dim,))
         check_finite = np.issubdtype(dtype, np.floating) and not allow_nonfinite
         row_bytes = src.feature_dim * max(src.feature_dtype.itemsize, dtype.itemsize, 4)
-        for block in tqdm(src.features(max(1, self.work // (4 * row_bytes))), desc="features", total=None,
+        for block in tqdm(src.features(max(1, self.work // (4 * max(1, row_bytes)))), desc="features", total=None,
                           **self.bar):
             if block.ndim != 2 or block.shape[1] != src.feature_dim:
                 raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")

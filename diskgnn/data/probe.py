@@ -97,8 +97,8 @@ def fit(x: np.ndarray, y: np.ndarray, classes: int):
 
 def linear_probe(ds: Dataset) -> dict | None:
     """{"accuracy", "train_rows", "eval_rows"} of the probe, or None where there is nothing to fit or score or
-    the features are wider than MAX_DIM."""
-    if ds.feature_dim > MAX_DIM:
+    the features are wider than MAX_DIM (or there are none)."""
+    if not 0 < ds.feature_dim <= MAX_DIM:
         return None
     train_ids = _sample(ds, "train", min(TRAIN_ROWS, SAMPLE_BYTES // (4 * ds.feature_dim)))
     eval_ids = np.concatenate([_sample(ds, s, EVAL_ROWS // 2) for s in ("val", "test")])

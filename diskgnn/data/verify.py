@@ -27,11 +27,11 @@ from .quantize.variants import check_quantized
 def _blocks(path: Path, dtype, count: int, row: int = 1):
     """The first `count` rows of a raw file in blocks of about defaults.VERIFY_CHUNK_BYTES."""
     dtype = np.dtype(dtype).newbyteorder("<")
-    rows = max(1, defaults.VERIFY_CHUNK_BYTES // (dtype.itemsize * row))
+    rows = max(1, defaults.VERIFY_CHUNK_BYTES // (dtype.itemsize * max(1, row)))
     with open(path, "rb") as f:
         for start in range(0, count, rows):
             n = min(rows, count - start)
-            yield start, np.fromfile(f, dtype=dtype, count=n * row).reshape((n, row) if row > 1 else (n,))
+            yield start, np.fromfile(f, dtype=dtype, count=n * row).reshape((n, row) if row != 1 else (n,))
 
 
 def verify(path) -> list[str]:

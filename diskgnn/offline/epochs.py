@@ -132,6 +132,7 @@ class OfflineEpochs:
         start = time.perf_counter()
         counts = access_counts([self.rows(self._samples0)], self.dataset.num_nodes)
         self.placement = place(counts, self.source.row_bytes, budgets)
+        self.counts0 = counts  # also places learnable embeddings' hot rows (train/run.py)
         self.phases["placement_s"] += time.perf_counter() - start
         return self.placement
 

@@ -275,10 +275,15 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     tmp = temp_path(out_path)
     start = time.perf_counter()
     try:
-        stats = guard_io(out_path, lambda: _native.pack_regions(
-            str(source.path), source.num_rows, row, p.ids, p.starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
-            pack_memory=pack_memory, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
-            write_depth=defaults.PACK_WRITE_DEPTH, direct="auto"))
+        if row == 0:  # a featureless dataset's rows: nothing to read or write, every region empty
+            guard_io(out_path, lambda: tmp.write_bytes(b""))
+            stats = {"checksums": [xxhash.xxh3_64_intdigest(b"")] * (offsets.size - 1), "buffer_wait_s": 0.0,
+                     "read_wait_s": 0.0, "bytes_written": 0}
+        else:
+            stats = guard_io(out_path, lambda: _native.pack_regions(
+                str(source.path), source.num_rows, row, p.ids, p.starts, offsets, str(tmp), chunk_bytes=chunk_bytes,
+                pack_memory=pack_memory, max_write_bytes=defaults.PACK_MAX_WRITE_BYTES, threads=threads,
+                write_depth=defaults.PACK_WRITE_DEPTH, direct="auto"))
     except _native.PackMemoryError as e:
         tmp.unlink(missing_ok=True)
         raise DiskgnnError(f"{out_path}: {e}") from None

@@ -81,7 +81,8 @@ def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) ->
     Counts come from the sampled epochs known so far; later epochs (fresh
     samples) also read rows those did not, so room left after the accessed rows
     holds the rest (by node id) instead of staying empty and sending them to the
-    packs.
+    packs. Rows of no bytes (a featureless dataset's) all fit the first tier:
+    nothing is packed or read.
     """
     counts = np.asarray(counts)
     total = int(counts.sum())
@@ -89,7 +90,7 @@ def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) ->
     start = 0
     names, ids, rates = [], [], []
     for name, budget in budgets:
-        take = order[start: start + max(0, budget) // row_bytes]
+        take = order[start: start + max(0, budget) // row_bytes] if row_bytes else order[start:]
         start += take.size
         names.append(name)
         ids.append(np.sort(take))

@@ -126,7 +126,8 @@ def load_tiers(dataset: Dataset, placement: Placement, device: str = "cpu", back
                 fill_rows(reader, ids, rows, defaults.DEVICE_FILL_CHUNK)
                 tiers.append(PlacedTier(name, t, placement, rows))
             else:
-                reader.gather(ids, out=rows)
+                if reader.row_bytes:  # a featureless dataset's rows hold nothing to read
+                    reader.gather(ids, out=rows)
                 tiers.append((ZeroCopyTier if zero_copy else PlacedTier)(name, t, placement, rows))
     return tiers
 

@@ -29,7 +29,8 @@ _HEAD = struct.Struct("<8sQ")
 _TAIL = struct.Struct("<Q")
 # The options whose change would make a resumed run differ from the run that wrote the checkpoint.
 SAME_RUN = ("data", "model", "fanouts", "batch_size", "hidden", "heads", "dropout", "lr", "weight_decay", "seed",
-            "sampling", "features", "max_batches", "sampler", "layer_dependency", "batch_dependency", "distributed", "owner", "precision")
+            "sampling", "features", "max_batches", "sampler", "layer_dependency", "batch_dependency", "distributed",
+            "owner", "precision", "embeddings", "embedding_lr")
 
 
 @dataclass

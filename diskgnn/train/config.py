@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from ..nn.link import DECODERS, LOSSES
 from ..nn.models import MODELS
 from ..offline.link_batches import EVAL_CHUNK_EDGES, LinkSpec
 from ..offline.sample import SAMPLERS, Sampler
-from ..units import parse_size
+from ..units import parse_interval, parse_seconds, parse_size
 
 TASKS = ("node", "link")
 SAMPLING = ("offline", "replay", "online")
@@ -140,6 +139,12 @@ class TrainConfig:
                 "each positive and its negatives)", "choices": LOSSES})
     eval_negatives: int = field(default=1000, metadata={
         "help": "link: negatives each eval batch of 1,000 held-out edges is ranked against (MRR, Hits@k, AUC)"})
+    embeddings: int = field(default=0, metadata={
+        "help": "learnable node embeddings of this width beside the features (a featureless dataset's input), "
+                "kept on disk with their row-wise Adagrad state, the rows read most held in memory"})
+    embedding_lr: float = field(default=0.1, metadata={"help": "embeddings: Adagrad's learning rate"})
+    embedding_cache: str = field(default="auto", metadata={
+        "help": "embeddings: memory for their hot rows (auto: half of what the budget leaves after the working set)"})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -183,7 +188,7 @@ class TrainConfig:
 
     @property
     def dist_timeout_s(self) -> float:
-        seconds = _seconds(self.dist_timeout)
+        seconds = parse_seconds(self.dist_timeout)
         if seconds is None:
             raise UsageError(f"--dist-timeout {self.dist_timeout}: expected a time such as 90s or 10min")
         return seconds
@@ -199,6 +204,10 @@ class TrainConfig:
         return None if self.host_cache == "auto" else parse_size(self.host_cache, "--host-cache")
 
     @property
+    def embedding_cache_bytes(self) -> int | None:
+        return None if self.embedding_cache == "auto" else parse_size(self.embedding_cache, "--embedding-cache")
+
+    @property
     def device_cache_bytes(self) -> int | None:
         """--device-cache in bytes; None for auto."""
         return None if self.device_cache == "auto" else parse_size(self.device_cache, "--device-cache")
@@ -206,7 +215,7 @@ class TrainConfig:
     @property
     def checkpoint_interval(self) -> tuple[str, float] | None:
         """("batches", N) or ("seconds", S) between mid-epoch checkpoints; None: at epoch ends only."""
-        return _interval(self.checkpoint_every)
+        return parse_interval(self.checkpoint_every)
 
     def validate(self) -> None:
         for f in dataclasses.fields(self):
@@ -256,9 +265,11 @@ class TrainConfig:
                                  f"{e}") from None
         if self.task == "link":
             self._validate_link()
+        if self.embeddings:
+            self._validate_embeddings()
         if self.summary_json and not Path(self.summary_json).absolute().parent.is_dir():
             raise UsageError(f"--summary-json {self.summary_json}: its directory does not exist")
-        self.budget_bytes, self.host_cache_bytes, self.device_cache_bytes  # noqa: B018 - bad sizes refused now
+        self.budget_bytes, self.host_cache_bytes, self.device_cache_bytes, self.embedding_cache_bytes  # noqa: B018
 
     def _validate_link(self) -> None:
         for name in ("negatives", "chunks", "eval_negatives"):
@@ -266,10 +277,20 @@ class TrainConfig:
                 raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if not 0 <= self.degree_fraction <= 1:
             raise UsageError(f"--degree-fraction {self.degree_fraction}: must be in [0, 1]")
+        self._only("--task link")
+
+    def _validate_embeddings(self) -> None:
+        if self.embeddings < 0 or self.embedding_lr <= 0:
+            raise UsageError(f"--embeddings {self.embeddings} --embedding-lr {self.embedding_lr}: a width of at "
+                             "least 0 and a positive rate")
+        self._only(f"--embeddings {self.embeddings}")
+
+    def _only(self, what: str) -> None:
+        """Refuses the options `what` is not built for yet (issue 39), rather than running them wrong."""
         for flag, value, supported in (("--sampling", self.sampling, ("offline",)), ("--eval", self.eval, (
                 "sampled", "none")), ("--distributed", self.distributed, ("none",)), ("--hag", self.hag, ("off",))):
-            if value not in supported:  # not built for link prediction yet (issue 39): refused, not run wrong
-                raise UsageError(f"{flag} {value}: --task link trains with {flag} {' or '.join(supported)} only, so far")
+            if value not in supported:
+                raise UsageError(f"{flag} {value}: {what} trains with {flag} {' or '.join(supported)} only, so far")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -278,27 +299,6 @@ def _ints(text: str, flag: str) -> list[int]:
     except ValueError:
         raise UsageError(f"{flag} {text}: expected comma-separated integers") from None
     return values
-
-
-_SECONDS = {"s": 1, "sec": 1, "min": 60, "m": 60, "h": 3600}
-
-
-def _seconds(text: str) -> float | None:
-    """A positive time such as 90s, 10min or 1h in seconds; None for anything else."""
-    m = re.fullmatch(r"([0-9]*\.?[0-9]+)\s*(s|sec|min|m|h)", str(text).strip().lower())
-    return float(m.group(1)) * _SECONDS[m.group(2)] if m and float(m.group(1)) > 0 else None
-
-
-def _interval(text: str) -> tuple[str, float] | None:
-    t = str(text).strip().lower()
-    if t in ("0", "off", "none"):
-        return None
-    if t.isdigit():
-        return "batches", int(t)
-    if _seconds(t) is None:
-        raise UsageError(f"--checkpoint-every {text}: expected a time such as 90s, 10min or 1h, a number of "
-                         "batches, or off")
-    return "seconds", _seconds(t)
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}

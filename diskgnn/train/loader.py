@@ -79,6 +79,9 @@ class Loader:
         save(cfg, self.workdir / "config.yaml")
         self.labels = np.asarray(self.ds.labels)
         self.train_ids = self.ds.split("train")
+        if self.ds.feature_dim == 0 and not cfg.embeddings:
+            raise DiskgnnError(f"{self.data}: has no node features: train it with --embeddings D (learnable "
+                               "node embeddings of D values)")
         if cfg.task == "link":
             if "edge_split" not in self.ds.manifest:
                 raise DiskgnnError(f"{self.data}: --task link needs held-out edges to score: prepare it with "

@@ -84,8 +84,8 @@ def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
 
 
 def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group: Group):
-    """last.pt's (history, best, accounting, epoch state), restored into the model and optimizer; None to
-    start from the beginning."""
+    """last.pt's (history, best, accounting, epoch state, embedding table generation), restored into the model and
+    optimizer; None to start from the beginning."""
     state = _last_state(cfg, checkpoints, group)
     if state is None:
         return None
@@ -98,7 +98,7 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
     if group.leader:
         print(f"plan: --resume: from {checkpoints.path('last')}: training goes on at epoch {position.epoch}, batch "
               f"{position.next_batch}")
-    return state["history"], state["best"], state["accounting"], position
+    return state["history"], state["best"], state["accounting"], position, state.get("embedding_generation", 0)
 
 
 def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
@@ -108,7 +108,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     data = run.loader
     ds = data.ds
     torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, ds.feature_dim, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list), cfg.dropout,
+    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list), cfg.dropout,
                 cfg.heads)
     if cfg.task == "link":
         model.decoder = Decoder(cfg.decoder, cfg.hidden)  # a submodule: optimised and checkpointed with the GNN
@@ -125,13 +125,21 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     if resumed is not None:
         # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not
         # in them)
-        history, best, data.accounting, position = resumed
+        history, best, data.accounting, position, generation = resumed
         history.setdefault("wall_s_at_val", [None] * len(history["epoch_times_s"]))  # a checkpoint from before it
+    run.open_embeddings(generation if resumed is not None else None)
+    table = run.embeddings
 
     def save_last(state: EpochState) -> None:
+        # The table on disk as of this checkpoint first; its journal restarts once the checkpoint is saved.
+        if table is not None:
+            table.flush()
         if group.leader:
             checkpoints.save("last", {**training_state(model, optimizer, state, history, best, cfg.to_dict(),
-                                                       data.accounting), "world": group.world})
+                                                       data.accounting), "world": group.world,
+                                      **({"embedding_generation": table.generation + 1} if table else {})})
+        if table is not None:
+            table.committed(table.generation + 1)
 
     try:
         for epoch in range(position.epoch, cfg.epochs):
@@ -151,10 +159,13 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
                 if group.leader:
                     checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
             save_last(EpochState(epoch + 1))
-        if best["epoch"] >= 0:
+        # The embedding table is the last epoch's, so its model is the one to test with it.
+        if best["epoch"] >= 0 and table is None:
             model.load_state_dict(group.broadcast(checkpoints.load("best")["model"] if group.leader else None))
         test = run.evaluate(model, "test")
     finally:
+        if run.embeddings is not None:
+            run.embeddings.close()
         data.close()
     return _summary(cfg, run, memory, history, best, test, resumed is not None, time.monotonic() - started)
 
@@ -193,6 +204,9 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "best_epoch": best["epoch"],
         f"test_{METRIC[cfg.task]}": test,
         **({"test_metrics": run.link_metrics.get("test")} if cfg.task == "link" else {}),
+        # --embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled
+        **({"embeddings": {**run.embeddings.stats, "table_bytes": run.embeddings.table_bytes,
+                           "hot_rows": int(run.embeddings.hot_ids.size)}} if run.embeddings else {}),
         "versions": versions(),
         "config": cfg.to_dict(),
     }

@@ -7,13 +7,12 @@ and why: under `--zero-copy auto` a short calibration measures both), the
 working set (bounded from each layer's largest possible sources,
 destinations and edges and the model's temporaries; with a device, only what
 stays on the host: the batches' pinned slabs), the reads in flight, each
-memory tier's bytes, the page cache the budget leaves (the topology is read
-ahead into it where it fits), the packer's buffers. Where the budget cannot
-hold the defaults it reads fewer batches ahead and packs from smaller
-buffers before it refuses. Once epoch 0 is sampled and placed,
-`Plan.placed` adds the expected hit rates and the disk the samples and
-packs will take. The run, the printed plan lines and summary.json's "plan"
-all read this one value; nothing here samples, reads or trains.
+memory tier's bytes (learnable embeddings' hot rows first), the page cache
+left (the topology is read ahead into it where it fits), the packer's
+buffers. Where the budget cannot hold the defaults it reads fewer batches
+ahead and packs from smaller buffers before it refuses. `Plan.placed` adds
+epoch 0's expected hit rates and the disk the samples and packs take. The
+run, the plan's lines and summary.json's "plan" all read this one value.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from ..nn.models import activation_bytes, layer_dims
 from ..distributed.cooperative import OwnedRows
 from ..offline.epochs import EpochSpec
 from ..offline.sample import topology_bytes
+from ..store.embeddings import WRITE_QUEUE
 from ..store.store import HELD_BEYOND_READS
 from ..store.uva import HostGather, host_gather
 from ..units import format_size
@@ -94,7 +94,7 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
         # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
         # the queues between), float32 model input after it (two queued, one being trained).
         queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-        dims = layer_dims(ds.feature_dim, cfg.hidden, output_dim(ds, cfg), len(layers))
+        dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(layers))
         activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
         recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
         host = queued + source.decode_bytes(rows) + activations + recent
@@ -104,7 +104,16 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
         # the device tier's two fill buffers and the CUDA context.
         slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
         host = slabs + 2 * defaults.DEVICE_FILL_CHUNK + defaults.CUDA_BASE_RSS
-    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + pack_plan_bytes(ds, cfg, rows)
+    packs = pack_plan_bytes(ds, cfg, rows) if source.row_bytes else 0  # a featureless dataset packs nothing
+    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(ds, cfg, rows)
+
+
+def embedding_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
+    """--embeddings' memory besides its hot rows (store/embeddings.py): per node a slot, a queue mark and a journal
+    bit; a batch's records, values, gradient and input, and the writer's queued batches and pre-images."""
+    if not cfg.embeddings:
+        return 0
+    return ds.num_nodes * 13 + (WRITE_QUEUE + 6) * rows * (4 * (cfg.embeddings + 1) + 8)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
@@ -168,6 +177,9 @@ class Plan:
     squeezed: bool  # fewer reads in flight or smaller packer buffers than the defaults, to fit
     pack_floor: int  # the packer's buffers at least (0: online sampling packs nothing)
     tiers: dict[str, int]  # memory tier -> bytes, fastest first
+    embedding_dim: int  # --embeddings; its table's bytes on disk (values and Adagrad state), its hot rows' in memory
+    embedding_table: int
+    embedding_host: int
     workload: str  # the model and the batches, as the memory line names them
     batch_rows: int = 0  # a batch's input rows at most (batch_layers): what the pipeline's slabs are made for
     page_cache: int = 0  # what the budget leaves beyond the working set and the host cache
@@ -190,7 +202,7 @@ class Plan:
 
     @property
     def tier_rows(self) -> dict[str, int]:
-        return {name: b // self.row_bytes for name, b in self.tiers.items()}
+        return {name: b // max(1, self.row_bytes) for name, b in self.tiers.items()}
 
     @property
     def zero_copy(self) -> bool:
@@ -217,7 +229,7 @@ class Plan:
 
     def lines(self) -> list[str]:
         """The plan as the run prints it, before sampling (the placement's line comes from placed_line)."""
-        smaller = self.raw_row_bytes / self.row_bytes
+        smaller = self.raw_row_bytes / max(1, self.row_bytes)
         out = [
             f"plan: dataset {self.dataset}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, features "
             f"{self.feature_dim} x {self.feature_dtype} = {format_size(self.num_nodes * self.raw_row_bytes)}; "
@@ -232,10 +244,15 @@ class Plan:
             f"{self.read_depth} batches in flight"
             + (f" and packer buffers from {format_size(self.pack_floor)} (the defaults, {defaults.READ_DEPTH} "
                f"and {format_size(defaults.PACK_MEMORY)}, do not fit)" if self.squeezed else "")
-            + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // self.row_bytes:,} rows)"
+            + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // max(1, self.row_bytes):,} rows)"
                                 for name, b in self.tiers.items())
             + f"; device {self.device}; {self.workload}",
         ]
+        if self.embedding_dim:
+            out.append(f"plan: --embeddings {self.embedding_dim}: a table of {self.num_nodes:,} x ({self.embedding_dim} "
+                       f"values + 1 Adagrad state) float32 = {format_size(self.embedding_table)} on disk in the "
+                       f"workdir; {format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), "
+                       "the rest read per batch and written back in id order behind an undo journal")
         if self.device != "cpu":
             out.append(f"plan: {self.host_gather.line}")
         if self.sampling == "online":
@@ -267,7 +284,8 @@ class Plan:
              "features": self.features, "row_bytes": self.row_bytes, "feature_bytes": self.feature_bytes,
              "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
              "working_set_bytes": self.working_set, "read_depth": self.read_depth,
-             "features_fidelity": self.features_fidelity}
+             "features_fidelity": self.features_fidelity, "embedding_table_bytes": self.embedding_table,
+             "embedding_host_bytes": self.embedding_host}
         if self.sampling != "online":
             d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
                      page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
@@ -282,8 +300,8 @@ def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host
     """(reads in flight, packer floor, working set): the deepest reads (--read-depth, or READ_DEPTH down to
     1), then the larger packer floor, that the budget holds beside an explicit --host-cache."""
     depths = [cfg.read_depth] if cfg.read_depth is not None else range(defaults.READ_DEPTH, 0, -1)
-    # online sampling packs nothing
-    floors = (0,) if cfg.sampling == "online" else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
+    packs_nothing = cfg.sampling == "online" or not source.row_bytes  # or a featureless dataset's
+    floors = (0,) if packs_nothing else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
     for depth in depths:
         for pack in floors:
             need = working_set(ds, source, cfg, depth, pack, precision, device)
@@ -335,12 +353,14 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
     budget = cfg.budget_bytes
-    explicit_host = cfg.host_cache_bytes or 0
-    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host, precision, device)
+    explicit_host, explicit_emb = cfg.host_cache_bytes or 0, cfg.embedding_cache_bytes
+    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host + (explicit_emb or 0), precision, device)
     features = ds.num_nodes * source.row_bytes
     # no tier larger than all the stored rows; auto: half of what the budget leaves after the working set
-    # (the other half: page cache for segments and the OS)
-    host = min(features, (budget - need) // 2) if cfg.host_cache_bytes is None else explicit_host
+    # (the other half: page cache for segments and the OS); learnable embeddings' hot rows first
+    table = ds.num_nodes * 4 * (cfg.embeddings + 1) if cfg.embeddings else 0
+    emb_host = min(table, (budget - need - explicit_host) // 2 if explicit_emb is None else explicit_emb)
+    host = min(features, (budget - need - emb_host) // 2) if cfg.host_cache_bytes is None else explicit_host
     tiers = {"host": host}
     if device != "cpu":
         if cfg.device_cache_bytes is None:
@@ -357,7 +377,8 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
         raw_row_bytes=ds.row_bytes, working_set=need,
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
-        or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers,
+        or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers, embedding_dim=cfg.embeddings,
+        embedding_table=table, embedding_host=emb_host,
         workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
                  + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
                  + (f"; task link (batches of {cfg.batch_size} edges in {cfg.chunks} chunks of {cfg.negatives} "
@@ -370,7 +391,7 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     # fits), then half of the rest to the packer: it stages one buffer per batch, so on a fixed
     # budget its writes shrink as an epoch's batches grow in number (W1 at 16M nodes: 124 KiB with
     # 256 MiB, 590 KiB with 1 GiB; packing 26 s against 23 s, where 8M nodes took 11 s).
-    page_cache = budget - need - min(features, host)
+    page_cache = budget - need - min(features, host) - emb_host
     topology = topology_bytes(ds)
     read_ahead = topology <= page_cache
     spare = max(0, page_cache - (topology if read_ahead else 0))

@@ -24,6 +24,8 @@ from .. import defaults
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..nn.link import batch_scores, link_loss, metrics_of, rank_sums
+from ..offline.placement import hottest_first
+from ..store.embeddings import EmbeddingTable
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
@@ -46,6 +48,35 @@ class Run:
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
+        self.embeddings: EmbeddingTable | None = None  # --embeddings: the table (open_embeddings)
+
+    def open_embeddings(self, generation: int | None) -> None:
+        """--embeddings: the run's table in WORKDIR/embeddings, new (generation None: a fresh run) or rolled back
+        to checkpoint `generation`, with the rows epoch 0 reads most held in memory as the plan sizes them."""
+        cfg, loader = self.cfg, self.loader
+        if not cfg.embeddings:
+            return
+        self.embeddings = EmbeddingTable(loader.workdir / "embeddings", loader.ds.num_nodes, cfg.embeddings,
+                                         seed=cfg.seed, lr=cfg.embedding_lr, create=generation is None,
+                                         generation=generation or 0)
+        if self.embeddings.stats["rows_rolled_back"]:
+            loader.say(f"plan: --resume: {self.embeddings.stats['rows_rolled_back']:,} embedding rows rolled back to "
+                       "the checkpoint from the undo journal")
+        self.embeddings.place(hottest_first(loader.epochs.counts0)[: loader.plan.embedding_host
+                                                                   // self.embeddings.row_bytes])
+
+    def inputs(self, mb, train: bool):
+        """The model's input rows: the batch's features, beside (--embeddings) its nodes' embedding values; and
+        for a train step the (records, values) whose gradient `step` applies."""
+        if self.embeddings is None:
+            return mb.x, None
+        records = self.embeddings.gather(mb.input_nodes)
+        values = records[:, : self.cfg.embeddings].clone().requires_grad_(train)
+        return torch.cat([mb.x, values.to(mb.x.device)], 1), (records, values)
+
+    def _embedding_step(self, mb, trained) -> None:
+        if trained is not None:
+            self.embeddings.step(mb.input_nodes, trained[0], trained[1].grad.cpu())
 
     def precision_lines(self) -> list[str]:
         if self.cfg.precision == "fp32":
@@ -70,11 +101,13 @@ class Run:
         """One batch's forward and backward, gradients summed over the ranks where there are several: the
         loss (this rank's seeds' mean; cooperative: their part of the global batch's mean), the bytes sent and
         what the loss is a mean over (seeds, or --task link's edges)."""
+        x, trained = self.inputs(mb, True)
         if mb.link is not None:
             with self.autocast():
-                h = model(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
+                h = model(mb.blocks, x, (mb.salt, mb.input_nodes))
             loss = link_loss(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local), self.cfg.link_loss)
             loss.backward()
+            self._embedding_step(mb, trained)
             return loss, 0, mb.link.src.size
         if mb.share is not None:
             with self.autocast():
@@ -84,9 +117,10 @@ class Run:
             cooperative.sum_gradients(model)
             return loss * mb.share.num_seeds / max(1, mb.labels.numel()), sent, mb.labels.numel()
         with self.autocast():
-            logits = (self.ddp or model)(mb.blocks, mb.x, (mb.salt, mb.input_nodes))
+            logits = (self.ddp or model)(mb.blocks, x, (mb.salt, mb.input_nodes))
         loss = F.cross_entropy(logits.float(), mb.labels)
         loss.backward()  # DDP averages the ranks' gradients as it goes
+        self._embedding_step(mb, trained)
         return loss, 0, mb.labels.numel()
 
     def train_epoch(self, model, optimizer, state: EpochState,
@@ -162,7 +196,7 @@ class Run:
         sums = rank_sums(torch.zeros(0), torch.zeros(0, 1))
         for mb in self.loader.evaluation(split):
             with self.autocast():
-                h = model(mb.blocks, mb.x)
+                h = model(mb.blocks, self.inputs(mb, False)[0])
             for k, v in rank_sums(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local)).items():
                 sums[k] += v
         return sums
@@ -187,7 +221,7 @@ class Run:
         correct = total = 0
         for mb in loader.evaluation(split):
             with self.autocast():
-                pred = model(mb.blocks, mb.x).argmax(1)
+                pred = model(mb.blocks, self.inputs(mb, False)[0]).argmax(1)
             correct += int((pred == mb.labels).sum())
             total += mb.labels.numel()
         return correct, total

@@ -59,7 +59,8 @@ def feature_mixing(seed: int, dim: int) -> np.ndarray:
     Computed in float64 and rounded once."""
     basis, _ = np.linalg.qr(stream(seed, KEYS, 2).standard_normal((dim, dim)))
     spectrum = (np.arange(dim) + 1.0) ** -FEATURE_DECAY
-    spectrum /= np.sqrt((spectrum**2).mean())
+    if dim:  # a featureless graph (--feat-dim 0) has no spectrum to scale
+        spectrum /= np.sqrt((spectrum**2).mean())
     return (basis * spectrum) @ basis.T
 
 

@@ -57,8 +57,8 @@ class SyntheticSource(Source):
                  homophily: float, feature_signal: float):
         if not 0 < nodes < 2**31:
             raise UsageError(f"synthetic: --nodes must be in [1, 2^31), got {nodes}")
-        if feat_dim < 1 or classes < 1 or avg_degree < 0:
-            raise UsageError("synthetic: --feat-dim and --classes must be positive and --avg-degree >= 0")
+        if feat_dim < 0 or classes < 1 or avg_degree < 0:
+            raise UsageError("synthetic: --feat-dim must be >= 0, --classes positive and --avg-degree >= 0")
         if classes > nodes:
             raise UsageError(f"synthetic: {classes} classes need at least as many nodes (got {nodes})")
         check_fraction(homophily, "--homophily")

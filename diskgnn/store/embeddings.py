@@ -1,0 +1,279 @@
+"""Learnable node embeddings larger than memory (--embeddings D): a table on disk, trained in place.
+
+Each node's record is its D float32 values and its row-wise Adagrad state (one float32, the sum of its
+gradients' mean squares: PyTorch-BigGraph's and MariusGNN's optimizer for embedding tables), so one
+read and one write serve both. Records are served from three places, newest first:
+
+- the hot rows, held in memory for the run: the rows the known future reads most (the access counts of
+  epoch 0's offline samples, as for the feature tiers), updated in memory and written at checkpoints;
+- rows waiting to be written: a batch's updated cold rows, queued to the writer thread, read from the
+  queue until their write is done (so a batch never reads an older copy than the step before wrote);
+- the table file, read through the page cache (the writes go there, and O_DIRECT reads would each wait
+  for the written range to reach the disk).
+
+The writer writes each batch's rows in id order, coalescing neighbours (reads and writes then run
+forwards), after their pre-images since the last checkpoint are in the undo journal (store/journal.py):
+a kill -9 or a full disk at any instant leaves a table that `recover` rolls back to the checkpoint, and
+the resumed run repeats the rest exactly. `flush` (at each checkpoint) drains the writer, writes the
+dirty hot rows and syncs the table; `committed` then starts the next interval's journal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..data.files import guard_io, temp_path, write_atomic
+from ..errors import DiskgnnError
+from ..io.reader import FileReader
+from .journal import UndoJournal
+
+FORMAT = "diskgnn-embeddings"
+EPS = 1e-10  # Adagrad's, added to the root of the state
+INIT_BLOCK = 1 << 16  # rows initialised per random stream (the table is the same whatever the memory)
+WRITE_QUEUE = 2  # batches of rows waiting for the writer at most: bounds the memory they take
+
+
+def init_rows(seed: int, first: int, count: int, dim: int) -> np.ndarray:
+    """Records first..first+count of a new table: values N(0, 1/D) (rows of about unit norm), state 0; each
+    block of INIT_BLOCK rows from its own stream, so any range is the same however it is written."""
+    out = np.zeros((count, dim + 1), np.float32)
+    for b in range(first // INIT_BLOCK, -(-(first + count) // INIT_BLOCK)):
+        lo, hi = max(first, b * INIT_BLOCK), min(first + count, (b + 1) * INIT_BLOCK)
+        # the stream's first rows, as many as needed: a prefix of the block's whatever is drawn
+        block = np.random.default_rng([seed, 23, b]).standard_normal((hi - b * INIT_BLOCK, dim), np.float32)
+        out[lo - first: hi - first, :dim] = block[lo - b * INIT_BLOCK: hi - b * INIT_BLOCK] / np.float32(np.sqrt(dim))
+    return out
+
+
+def adagrad(records: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+    """Row-wise Adagrad, in place on records [n, D + 1] (values, state): state += mean(g^2) of the row;
+    values -= lr * g / (sqrt(state) + EPS)."""
+    dim = records.shape[1] - 1
+    records[:, dim] += grad.pow(2).mean(1)
+    records[:, :dim] -= lr * grad / (records[:, dim:].sqrt() + EPS)
+
+
+class EmbeddingTable:
+    """The table of a run's workdir (`directory`): create it (`create=True`, a fresh run) or open it and roll
+    it back to checkpoint `generation` (--resume); see the module's docstring."""
+
+    def __init__(self, directory: Path, num_nodes: int, dim: int, *, seed: int, lr: float, create: bool,
+                 generation: int = 0, init_bytes: int = 64 << 20):
+        self.dir, self.num_nodes, self.dim, self.lr = Path(directory), num_nodes, dim, lr
+        self.row_bytes = 4 * (dim + 1)
+        self.path = self.dir / "table.bin"
+        meta = {"format": FORMAT, "num_nodes": num_nodes, "dim": dim, "seed": seed, "row_bytes": self.row_bytes}
+        guard_io(self.dir, lambda: self.dir.mkdir(parents=True, exist_ok=True))
+        self.journal = UndoJournal(self.dir / "journal.bin", self.row_bytes)
+        if create:
+            self._create(meta, max(1, init_bytes // self.row_bytes))
+            generation = 0
+        else:
+            self._check(meta)
+        self.fd = guard_io(self.path, lambda: os.open(self.path, os.O_RDWR))
+        # Page-cache reads (direct=False): see the module's docstring.
+        self.reader = FileReader(self.path, "pread", direct=False)
+        self.stats = {"rows_hot": 0, "rows_queued": 0, "rows_disk": 0, "bytes_read": 0, "bytes_written": 0,
+                      "journal_bytes": 0, "rows_rolled_back": 0, "write_s": 0.0, "write_wait_s": 0.0}
+        self.logged = np.zeros(num_nodes, bool)  # rows whose pre-image this interval's journal holds
+        self.generation = generation
+        self._recover(generation)
+        self.journal.start(generation)
+        self.slot = np.full(num_nodes, -1, np.int32)  # hot row -> its slot in self.hot
+        self.hot = torch.zeros((0, dim + 1))
+        self.hot_ids = np.zeros(0, np.int64)
+        self.hot_dirty = np.zeros(0, bool)
+        self.queued_at = np.full(num_nodes, -1, np.int64)  # row -> the last queued batch holding it
+        self._queued: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._error: BaseException | None = None
+        self._todo: queue.Queue = queue.Queue(WRITE_QUEUE)
+        self._writer = threading.Thread(target=self._write_loop, name="embedding-writer", daemon=True)
+        self._writer.start()
+
+    @property
+    def table_bytes(self) -> int:
+        return self.num_nodes * self.row_bytes
+
+    # -- the file ---------------------------------------------------------------------------------
+    def _create(self, meta: dict, block_rows: int) -> None:
+        tmp = temp_path(self.path)
+
+        def write():
+            with open(tmp, "wb") as f:
+                for first in range(0, self.num_nodes, block_rows):
+                    f.write(init_rows(meta["seed"], first, min(block_rows, self.num_nodes - first), self.dim).data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        guard_io(self.path, write)
+        # A journal of an earlier run in this directory must not roll the new table back.
+        guard_io(self.journal.path, lambda: self.journal.path.unlink(missing_ok=True))
+        write_atomic(self.dir / "table.json", (json.dumps(meta) + "\n").encode())
+
+    def _check(self, meta: dict) -> None:
+        try:
+            saved = json.loads((self.dir / "table.json").read_text())
+        except (OSError, ValueError):
+            raise DiskgnnError(f"{self.dir / 'table.json'}: missing or unreadable: the checkpoint's embedding table "
+                               "is gone (start without --resume)") from None
+        if saved != meta:
+            raise DiskgnnError(f"{self.dir / 'table.json'}: a table of {saved.get('num_nodes')} x {saved.get('dim')} "
+                               f"(seed {saved.get('seed')}), not {meta['num_nodes']} x {meta['dim']} (seed "
+                               f"{meta['seed']}): resume with the options that made it")
+        size = self.path.stat().st_size if self.path.exists() else -1
+        if size != self.table_bytes:
+            raise DiskgnnError(f"{self.path}: {size} bytes, a table of {self.num_nodes} x {self.dim} has "
+                               f"{self.table_bytes}")
+
+    def _recover(self, generation: int) -> None:
+        """Rolls the table back to checkpoint `generation` with the journal's pre-images, and syncs it."""
+        for ids, rows in self.journal.entries(generation):
+            self._pwrite(ids, rows)
+            self.stats["rows_rolled_back"] += int(ids.size)
+        guard_io(self.path, lambda: os.fsync(self.fd))
+
+    def _pwrite(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """rows[i] over row ids[i] (sorted, unique), one write per run of consecutive ids."""
+        if ids.size == 0:
+            return
+        rows = np.ascontiguousarray(rows).view(np.uint8).reshape(ids.size, self.row_bytes)
+        cuts = np.flatnonzero(np.diff(ids) != 1) + 1
+        for a, b in zip(np.r_[0, cuts].tolist(), np.r_[cuts, ids.size].tolist()):
+            data = memoryview(rows[a:b]).cast("B")
+            guard_io(self.path, lambda: os.pwrite(self.fd, data, int(ids[a]) * self.row_bytes))
+        self.stats["bytes_written"] += rows.nbytes
+
+    def _read(self, ids: np.ndarray) -> np.ndarray:
+        out = np.empty((ids.size, self.dim + 1), np.float32)
+        if ids.size:
+            self.reader.gather_rows(ids, self.row_bytes, out=out.view(np.uint8).reshape(ids.size, self.row_bytes))
+            self.stats["bytes_read"] += out.nbytes
+        return out
+
+    def _write(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Journals the pre-images of rows not yet logged this interval, then writes the rows in place."""
+        fresh = ids[~self.logged[ids]]
+        if fresh.size:
+            self.journal.append(fresh, self._read(fresh))
+            self.stats["journal_bytes"] += fresh.size * (8 + self.row_bytes)
+            self.logged[fresh] = True
+        self._pwrite(ids, rows)
+
+    def _write_loop(self) -> None:
+        while (seq := self._todo.get()) is not None:
+            ids, rows = self._queued[seq]
+            try:
+                if self._error is None:  # after a failure, nothing more is written: the journal ends there
+                    start = time.perf_counter()
+                    self._write(ids, rows)
+                    self.stats["write_s"] += time.perf_counter() - start
+                    with self._lock:
+                        done = ids[self.queued_at[ids] == seq]
+                        self.queued_at[done] = -1
+                        del self._queued[seq]
+            except BaseException as e:  # reported to the training thread at its next call
+                self._error = e
+            finally:
+                self._todo.task_done()
+
+    def _raise_failed(self) -> None:
+        if self._error is not None:
+            e = self._error
+            raise e if isinstance(e, DiskgnnError) else DiskgnnError(f"{self.path}: write-back failed: {e}")
+
+    # -- serving and training ---------------------------------------------------------------------
+    def place(self, hot_ids: np.ndarray) -> None:
+        """Holds rows `hot_ids` in memory from now on (once, before training)."""
+        hot_ids = np.unique(np.asarray(hot_ids, np.int64))
+        self.hot = self.gather(hot_ids)
+        self.stats["rows_disk"] -= int(hot_ids.size)  # the rows_ counts are the batches' (bytes_read counts these)
+        self.hot_ids, self.hot_dirty = hot_ids, np.zeros(hot_ids.size, bool)
+        self.slot[hot_ids] = np.arange(hot_ids.size, dtype=np.int32)
+
+    def gather(self, ids: np.ndarray) -> torch.Tensor:
+        """Records [len(ids), D + 1] (values, state), newest copies; ids unique."""
+        self._raise_failed()
+        ids = np.asarray(ids, np.int64)
+        out = torch.empty((ids.size, self.dim + 1))
+        slots = self.slot[ids]
+        hot = np.flatnonzero(slots >= 0)
+        out[torch.from_numpy(hot)] = self.hot[torch.from_numpy(slots[hot].astype(np.int64))]
+        rest = np.flatnonzero(slots < 0)
+        with self._lock:
+            seqs = self.queued_at[ids[rest]]
+            for seq in np.unique(seqs[seqs >= 0]).tolist():
+                mine = rest[seqs == seq]
+                qids, qrows = self._queued[seq]
+                out[torch.from_numpy(mine)] = torch.from_numpy(qrows[np.searchsorted(qids, ids[mine])])
+        cold = rest[seqs < 0]
+        out[torch.from_numpy(cold)] = torch.from_numpy(self._read(ids[cold]))
+        self.stats["rows_hot"] += int(hot.size)
+        self.stats["rows_queued"] += int(rest.size - cold.size)
+        self.stats["rows_disk"] += int(cold.size)
+        return out
+
+    def step(self, ids: np.ndarray, records: torch.Tensor, grad: torch.Tensor) -> None:
+        """Adagrad on the gathered `records` of `ids` with their values' gradient, then stores them: hot rows in
+        memory, the others queued for the writer (waiting while WRITE_QUEUE batches are ahead)."""
+        self._raise_failed()
+        ids = np.asarray(ids, np.int64)
+        adagrad(records, grad.float(), self.lr)
+        slots = self.slot[ids]
+        hot = np.flatnonzero(slots >= 0)
+        self.hot[torch.from_numpy(slots[hot].astype(np.int64))] = records[torch.from_numpy(hot)]
+        self.hot_dirty[slots[hot]] = True
+        cold = np.flatnonzero(slots < 0)
+        if cold.size == 0:
+            return
+        order = cold[np.argsort(ids[cold], kind="stable")]
+        qids, qrows = ids[order], records[torch.from_numpy(order)].numpy()
+        self._seq += 1
+        with self._lock:
+            self._queued[self._seq] = (qids, qrows)
+            self.queued_at[qids] = self._seq
+        start = time.perf_counter()
+        self._todo.put(self._seq)
+        self.stats["write_wait_s"] += time.perf_counter() - start
+
+    # -- checkpoints -------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Everything trained so far on disk and synced (the writer drained, the dirty hot rows written): the
+        table as the checkpoint about to be saved has it."""
+        self._todo.join()
+        self._raise_failed()
+        dirty = np.flatnonzero(self.hot_dirty)
+        if dirty.size:
+            self._write(self.hot_ids[dirty], self.hot[torch.from_numpy(dirty)].numpy())
+            self.hot_dirty[dirty] = False
+        guard_io(self.path, lambda: os.fsync(self.fd))
+
+    def committed(self, generation: int) -> None:
+        """The checkpoint `generation` is saved (after flush): the journal starts over from it."""
+        self.generation = generation
+        self.journal.start(generation)
+        self.logged[:] = False
+
+    def close(self) -> None:
+        """Stops the writer (what it has is written) and closes the files; the table is as the last flush left
+        it plus any queued rows, which the next --resume rolls back if no checkpoint followed."""
+        if self._writer.is_alive():
+            self._todo.put(None)
+            self._writer.join()
+        self.reader.close()
+        self.journal.close()
+        os.close(self.fd)
+
+    def memory_bytes(self) -> int:
+        """Host memory it holds: the hot rows, the per-node tables, the queued batches."""
+        queued = sum(r.nbytes + i.nbytes for i, r in self._queued.values())
+        return int(self.hot.numel() * 4 + self.num_nodes * (1 + 4 + 8) + queued)

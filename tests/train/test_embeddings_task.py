@@ -1,0 +1,110 @@
+"""--embeddings: learnable node embeddings trained out of core. Where a row is served from (memory, the write
+queue, the table file) changes no bit of the run, a featureless graph learns its links from embeddings alone,
+and a kill -9 in the middle of the write-back resumes to the uninterrupted run's table and weights, bit for bit."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from diskgnn.data.prepare import prepare
+from diskgnn.errors import DiskgnnError, run_cli
+from diskgnn.train.__main__ import main as train_main
+from diskgnn.train.checkpoints import Checkpoints
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def featureless(tmp_path_factory):
+    return prepare("synthetic", tmp_path_factory.mktemp("featureless") / "ds", undirected=True, progress=False,
+                   synthetic=dict(structure="powerlaw", nodes=1999, feat_dim=0, avg_degree=8, classes=2, seed=0),
+                   edge_split=(0.8, 0.1, 0.1))
+
+
+def argv(data, workdir, *extra):
+    return ["--data", str(data), "--task", "link", "--workdir", str(workdir), "--no-progress", "--epochs", "3",
+            "--batch-size", "256", "--hidden", "16", "--fanouts", "5", "--negatives", "20", "--chunks", "4",
+            "--eval-negatives", "100", "--dropout", "0", "--lr", "0.01", "--embeddings", "8", "--embedding-lr",
+            "0.1", "--checkpoint-every", "off", "--eval-max-batches", "3", *extra]
+
+
+def run(data, workdir, *extra) -> dict:
+    assert run_cli("train", train_main, argv(data, workdir, *extra)) == 0
+    return json.loads((workdir / "summary.json").read_text())
+
+
+def table(workdir) -> np.ndarray:
+    return np.fromfile(workdir / "embeddings" / "table.bin", np.float32).reshape(-1, 9)
+
+
+def test_a_featureless_graph_learns_and_the_rows_place_changes_nothing(featureless, tmp_path):
+    hot = run(featureless, tmp_path / "hot")
+    cold = run(featureless, tmp_path / "cold", "--embedding-cache", "0")
+    assert hot["embeddings"]["hot_rows"] == 1999 and hot["embeddings"]["rows_disk"] == 0
+    e = cold["embeddings"]
+    assert e["hot_rows"] == 0 and e["rows_disk"] > 0 and e["rows_queued"] > 0, e  # both other places served
+    assert e["bytes_written"] > 0 and e["journal_bytes"] > 0
+    assert np.array_equal(table(tmp_path / "hot"), table(tmp_path / "cold"))
+    a, b = (Checkpoints(tmp_path / w / "checkpoints").load("last")["model"] for w in ("hot", "cold"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert hot["val_mrr_per_epoch"] == cold["val_mrr_per_epoch"]
+    mrr = hot["val_mrr_per_epoch"]
+    assert mrr[-1] > mrr[0] and hot["test_mrr"] > 3 * (1 / 101), hot  # far above chance against 100 negatives
+    assert not np.array_equal(table(tmp_path / "hot")[:, :8], np.zeros((1999, 8), np.float32))
+
+
+def test_a_featureless_graph_without_embeddings_is_refused_in_one_line(featureless, tmp_path, capsys):
+    args = [a for a in argv(featureless, tmp_path / "w") if a not in ("--embeddings", "8", "--embedding-lr", "0.1")]
+    assert run_cli("train", train_main, args) != 0
+    assert "has no node features: train it with --embeddings D" in capsys.readouterr().err
+    args = argv(featureless, tmp_path / "w2", "--task", "node", "--sampling", "online")
+    assert run_cli("train", train_main, args) != 0
+    assert "--sampling online: --embeddings 8 trains with --sampling offline only" in capsys.readouterr().err
+
+
+def test_kill_during_write_back_then_resume_equals_the_uninterrupted_run(featureless, tmp_path):
+    extra = ["--embedding-cache", "1KiB", "--checkpoint-every", "4"]
+    cmd = [sys.executable, "-m", "diskgnn.train"]
+    whole = subprocess.run(cmd + argv(featureless, tmp_path / "whole", *extra), capture_output=True, text=True,
+                           cwd=REPO)
+    assert whole.returncode == 0, whole.stderr
+    batches = json.loads((tmp_path / "whole" / "summary.json").read_text())["stage_times_s"]["sample"]["items"] // 3
+    rng = random.Random(os.getpid())
+    target = rng.randrange(3, 3 * batches - 4)
+    run_dir = tmp_path / "killed"
+    proc = subprocess.Popen(cmd + argv(featureless, run_dir, *extra), cwd=REPO, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    killed_at = None
+    try:
+        while proc.poll() is None:
+            try:
+                state = Checkpoints(run_dir / "checkpoints").load("last")
+            except DiskgnnError:
+                state = None
+            if state is not None:
+                at = state["position"]["epoch"] * batches + state["position"]["next_batch"]
+                if at >= target:
+                    # a few batches past the checkpoint: rows written since are on disk, or being written
+                    time.sleep(rng.uniform(0.02, 0.08))
+                    proc.send_signal(signal.SIGKILL)
+                    killed_at = at
+                    break
+            time.sleep(0.001)
+    finally:
+        proc.wait()
+    assert killed_at is not None, f"the run ended before batch {target} was checkpointed: {proc.stderr.read()}"
+    resumed = subprocess.run(cmd + argv(featureless, run_dir, *extra, "--resume"), capture_output=True, text=True,
+                             cwd=REPO)
+    assert resumed.returncode == 0, resumed.stderr
+    assert np.array_equal(table(tmp_path / "whole"), table(run_dir)), f"tables differ after a kill at {killed_at}"
+    a, b = (Checkpoints(w / "checkpoints").load("last") for w in (tmp_path / "whole", run_dir))
+    assert all(torch.equal(a["model"][k], b["model"][k]) for k in a["model"])
+    assert a["history"]["val_acc_per_epoch"] == b["history"]["val_acc_per_epoch"]
