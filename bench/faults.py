@@ -23,6 +23,11 @@ see:
       that a later checkpoint write meets it): one line, exit 1, no
       temporary file left, the previous checkpoint loads, and `--resume` on
       the freed disk completes.
+  kill-embeddings / full-embeddings: kill-train and full-checkpoint with
+      learnable embeddings (--embeddings) whose rows nearly all live on disk,
+      so that the kill or the full disk meets their write-back (the undo
+      journal, the rows written in place): `--resume` ends with the
+      uninterrupted run's embedding table and weights, bit for bit.
 Every trial is written to the JSON; the counts say how many survived.
 """
 
@@ -47,9 +52,11 @@ from .harness.faultfs import mounted
 from .harness.output import add_output_args, finish
 
 KINDS = ("kill-prepare", "kill-quantize", "kill-train", "eio-packs", "eio-features", "full-offline",
-         "full-checkpoint")
+         "full-checkpoint", "kill-embeddings", "full-embeddings")
 TRAIN = ["--fanouts", "5,3", "--batch-size", "64", "--hidden", "32", "--epochs", "2", "--no-progress",
          "--host-cache", "256KiB", "--checkpoint-every", "4", "--eval-max-batches", "2"]
+EMBEDDINGS = ["--embeddings", "16", "--embedding-cache", "4KiB"]  # a few hot rows: the rest written back
+FULL = ["--eval", "none", "--epochs", "1", "--checkpoint-every", "2"]
 BOUND_S = 120  # a failure must end the run within this (no hang)
 
 
@@ -105,6 +112,11 @@ def _last(workdir: Path):
     return Checkpoints(workdir / "checkpoints").load("last")
 
 
+def _table(workdir: Path) -> bytes | None:
+    path = workdir / "embeddings" / "table.bin"
+    return path.read_bytes() if path.exists() else None
+
+
 class Trials:
     """The shared inputs of a session's trials (a synthetic dataset, the uninterrupted run) and the trials."""
 
@@ -119,19 +131,28 @@ class Trials:
         if done.returncode:
             raise SystemExit(f"bench.faults: preparing the trial dataset failed: {done.stderr.strip()}")
         self.prepare_s = time.monotonic() - start
-        self._reference = None
+        self._references: dict[tuple, dict] = {}
 
-    @property
-    def reference(self) -> dict:
-        """The run that was never stopped: its last checkpoint (made on first use) and how long it took."""
-        if self._reference is None:
+    def reference(self, extra=()) -> dict:
+        """The run with TRAIN + `extra` that was never stopped: its last checkpoint, its embedding table (if it
+        has one) and how long it took; made on first use."""
+        key = tuple(extra)
+        if key not in self._references:
             start = time.monotonic()
-            whole = _run(_cmd("diskgnn.train", "--data", self.source, "--workdir", self.work / "whole", *TRAIN),
+            workdir = self.work / f"whole-{len(self._references)}"
+            whole = _run(_cmd("diskgnn.train", "--data", self.source, "--workdir", workdir, *TRAIN, *extra),
                          timeout=None)
             if whole.returncode:
                 raise SystemExit(f"bench.faults: the uninterrupted run failed: {whole.stderr.strip()}")
-            self._reference = {"last": _last(self.work / "whole"), "seconds": time.monotonic() - start}
-        return self._reference
+            self._references[key] = {"last": _last(workdir), "table": _table(workdir),
+                                     "seconds": time.monotonic() - start}
+        return self._references[key]
+
+    def _same(self, workdir: Path, extra) -> dict:
+        """Whether a resumed run in `workdir` ended with the reference's weights and embedding table."""
+        reference, got = self.reference(extra), _last(workdir)
+        weights = got is not None and all(got["model"][k].equal(v) for k, v in reference["last"]["model"].items())
+        return {"same_weights": weights, "same_table": _table(workdir) == reference["table"]}
 
     def _fresh(self, name: str) -> Path:
         path = self.work / name
@@ -160,17 +181,13 @@ class Trials:
         ok = rerun.returncode == 0 and _verify(ds) and not left
         return {"killed": killed, "at_s": at, "survived": ok, "rerun": rerun.stderr.strip()[-200:], "temps_left": left}
 
-    def kill_train(self, i: int) -> dict:
+    def kill_train(self, i: int, extra=()) -> dict:
         workdir = self._fresh(f"t{i}")
-        args = _cmd("diskgnn.train", "--data", self.source, "--workdir", workdir, *TRAIN)
-        reference = self.reference
-        killed, at = _kill_at(args, self.rng.uniform(0.5, reference["seconds"]))
+        args = _cmd("diskgnn.train", "--data", self.source, "--workdir", workdir, *TRAIN, *extra)
+        killed, at = _kill_at(args, self.rng.uniform(0.5, self.reference(extra)["seconds"]))
         resumed = _run([*args, "--resume"], timeout=None)
-        same = False
-        if resumed.returncode == 0:
-            got = _last(workdir)
-            same = all(got["model"][k].equal(v) for k, v in reference["last"]["model"].items())
-        return {"killed": killed, "at_s": at, "survived": resumed.returncode == 0 and same, "same_weights": same,
+        same = self._same(workdir, extra) if resumed.returncode == 0 else {"same_weights": False}
+        return {"killed": killed, "at_s": at, "survived": resumed.returncode == 0 and all(same.values()), **same,
                 "resume": resumed.stderr.strip()[-200:]}
 
     def eio(self, i: int, target: str) -> dict:
@@ -206,7 +223,7 @@ class Trials:
         return {"offset": offset, "file_bytes": size, "seconds": took, "line": line, "one_line": line_ok,
                 "checkpoint_intact": intact, "survived": line_ok and intact}
 
-    def full(self, i: int, when: str) -> dict:
+    def full(self, i: int, when: str, extra=()) -> dict:
         if os.geteuid() != 0:
             return {"skipped": "mounting a tmpfs needs root"}
         mnt = self._fresh(f"t{i}") / "tiny"
@@ -216,8 +233,7 @@ class Trials:
         if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)]).returncode:
             return {"skipped": "cannot mount a tmpfs here"}
         try:
-            args = _cmd("diskgnn.train", "--data", self.source, "--workdir", mnt / "w", *TRAIN, "--eval", "none",
-                        "--epochs", "1", "--checkpoint-every", "2")
+            args = _cmd("diskgnn.train", "--data", self.source, "--workdir", mnt / "w", *TRAIN, *FULL, *extra)
             proc = subprocess.Popen(args, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
             deadline = time.monotonic() + BOUND_S
             while when == "checkpoint" and proc.poll() is None and time.monotonic() < deadline:
@@ -236,9 +252,11 @@ class Trials:
             kept = when == "offline" or _last(mnt / "w") is not None
             (mnt / "filler").unlink()
             resumed = _run([*args, "--resume"], timeout=None)
+            same = self._same(mnt / "w", [*FULL, *extra]) if extra and resumed.returncode == 0 else {}
             return {"tmpfs_bytes": size, "line": line, "finished_before_full": proc.returncode == 0,
-                    "temps_left": left, "checkpoint_loads": kept, "resumed": resumed.returncode == 0,
-                    "survived": (line_ok or proc.returncode == 0) and not left and kept and resumed.returncode == 0}
+                    "temps_left": left, "checkpoint_loads": kept, "resumed": resumed.returncode == 0, **same,
+                    "survived": (line_ok or proc.returncode == 0) and not left and kept and resumed.returncode == 0
+                    and all(same.values())}
         finally:
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
@@ -246,7 +264,9 @@ class Trials:
         fn = {"kill-prepare": self.kill_prepare, "kill-quantize": self.kill_quantize, "kill-train": self.kill_train,
               "eio-packs": lambda j: self.eio(j, "packs"), "eio-features": lambda j: self.eio(j, "features"),
               "full-offline": lambda j: self.full(j, "offline"),
-              "full-checkpoint": lambda j: self.full(j, "checkpoint")}[kind]
+              "full-checkpoint": lambda j: self.full(j, "checkpoint"),
+              "kill-embeddings": lambda j: self.kill_train(j, EMBEDDINGS),
+              "full-embeddings": lambda j: self.full(j, "checkpoint", EMBEDDINGS)}[kind]
         start = time.monotonic()
         result = fn(i)
         shutil.rmtree(self.work / f"t{i}", ignore_errors=True)

@@ -8,7 +8,11 @@ never loaded whole), and lays it out as NeighborLoader does (diskgnn/loading/sub
 Each call has its own random stream: the sampler's seed, the process's
 DataLoader worker and the call's number, so a run repeats.
 
-NodeLoader chooses the seeds while it iterates, so these batches cannot be
+LinkLoader (LinkNeighborLoader's way to a custom sampler) gets edge batches:
+PyG's own edge_sample draws their negatives and makes their ends the seeds,
+and this sampler samples around them.
+
+NodeLoader and LinkLoader choose the seeds while they iterate, so these batches cannot be
 sampled or packed ahead: their features come from the feature store's memory
 tier and by-id reads. The faster path, with offline samples, packs and the
 pipeline, is `DiskgnnLoader` (loader.py).
@@ -21,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..data.format import open_dataset
 from ..errors import DiskgnnError
@@ -78,8 +83,13 @@ class DiskgnnSampler(BaseSampler):
                              col=torch.from_numpy(col), edge=None, num_sampled_nodes=num_nodes,
                              num_sampled_edges=num_edges, metadata=(inputs.input_id, inputs.time))
 
-    def sample_from_edges(self, index, neg_sampling=None):
-        raise DiskgnnError("DiskgnnSampler samples around nodes (NodeLoader); link prediction is not supported")
+    def sample_from_edges(self, inputs: EdgeSamplerInput, neg_sampling=None) -> SamplerOutput:
+        """A batch of edges (and PyG's negatives for it, binary or triplet) as the subgraph around their ends,
+        with edge_label_index (or the triplet's indices) in its metadata, as LinkNeighborLoader's."""
+        if inputs.time is not None:
+            raise DiskgnnError("DiskgnnSampler: temporal link sampling (edge_label_time) is not supported")
+        return edge_sample(inputs, lambda seeds, _: self.sample_from_nodes(NodeSamplerInput(None, seeds)),
+                           self.ds.num_nodes, disjoint=False, neg_sampling=neg_sampling)
 
     @property
     def edge_permutation(self):

@@ -39,6 +39,7 @@ FORMAT = "diskgnn-embeddings"
 EPS = 1e-10  # Adagrad's, added to the root of the state
 INIT_BLOCK = 1 << 16  # rows initialised per random stream (the table is the same whatever the memory)
 WRITE_QUEUE = 2  # batches of rows waiting for the writer at most: bounds the memory they take
+FLUSH_BYTES = 16 << 20  # dirty hot rows written (and their pre-images journaled) at a time
 
 
 def init_rows(seed: int, first: int, count: int, dim: int) -> np.ndarray:
@@ -161,12 +162,16 @@ class EmbeddingTable:
         return out
 
     def _write(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Journals the pre-images of rows not yet logged this interval, then writes the rows in place."""
-        fresh = ids[~self.logged[ids]]
-        if fresh.size:
-            self.journal.append(fresh, self._read(fresh))
-            self.stats["journal_bytes"] += fresh.size * (8 + self.row_bytes)
-            self.logged[fresh] = True
+        """Journals the pre-images of rows not yet logged this interval, then writes the rows in place. The rows
+        are read first, all of them, by the reader's parallel reads: their pages are then in the page cache, and
+        each write copies into one instead of waiting for its page to be read (measured on a 9M-row table
+        under a 1 GiB cap: 3 s a batch of 25k rows, every one a synchronous page read)."""
+        current = self._read(ids)
+        fresh = ~self.logged[ids]
+        if fresh.any():
+            self.journal.append(ids[fresh], current[fresh])
+            self.stats["journal_bytes"] += int(fresh.sum()) * (8 + self.row_bytes)
+            self.logged[ids[fresh]] = True
         self._pwrite(ids, rows)
 
     def _write_loop(self) -> None:
@@ -252,9 +257,10 @@ class EmbeddingTable:
         self._todo.join()
         self._raise_failed()
         dirty = np.flatnonzero(self.hot_dirty)
-        if dirty.size:
-            self._write(self.hot_ids[dirty], self.hot[torch.from_numpy(dirty)].numpy())
-            self.hot_dirty[dirty] = False
+        step = max(1, FLUSH_BYTES // self.row_bytes)
+        for part in (dirty[i: i + step] for i in range(0, dirty.size, step)):
+            self._write(self.hot_ids[part], self.hot[torch.from_numpy(part)].numpy())
+        self.hot_dirty[dirty] = False
         guard_io(self.path, lambda: os.fsync(self.fd))
 
     def committed(self, generation: int) -> None:

@@ -49,7 +49,8 @@ class UndoJournal:
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
         guard_io(self.path, write)
-        self._f = guard_io(self.path, lambda: open(self.path, "ab"))
+        # unbuffered: a write the full disk refused leaves nothing behind to fail again at close
+        self._f = guard_io(self.path, lambda: open(self.path, "ab", buffering=0))
 
     def append(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """Logs rows' current bytes (rows[i] is row ids[i]'s); durable when it returns."""
@@ -57,15 +58,14 @@ class UndoJournal:
         rows = np.ascontiguousarray(rows).view(np.uint8)
         if ids.size == 0:
             return
+        parts = [_COUNT.pack(ids.size), memoryview(ids).cast("B"), memoryview(rows).cast("B")]  # no copies
         h = xxhash.xxh3_64()
-        parts = [_COUNT.pack(ids.size), ids.tobytes(), rows.tobytes()]
         for p in parts:
             h.update(p)
-        data = b"".join(parts) + _SUM.pack(h.intdigest())
 
         def write():
-            self._f.write(data)
-            self._f.flush()
+            for p in parts + [_SUM.pack(h.intdigest())]:
+                self._f.write(p)
             os.fsync(self._f.fileno())
         guard_io(self.path, write)
 

@@ -113,7 +113,7 @@ def embedding_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
     bit; a batch's records, values, gradient and input, and the writer's queued batches and pre-images."""
     if not cfg.embeddings:
         return 0
-    return ds.num_nodes * 13 + (WRITE_QUEUE + 6) * rows * (4 * (cfg.embeddings + 1) + 8)
+    return ds.num_nodes * 13 + (WRITE_QUEUE + 5) * rows * (4 * (cfg.embeddings + 1) + 8)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:

@@ -71,8 +71,9 @@ class Run:
         if self.embeddings is None:
             return mb.x, None
         records = self.embeddings.gather(mb.input_nodes)
-        values = records[:, : self.cfg.embeddings].clone().requires_grad_(train)
-        return torch.cat([mb.x, values.to(mb.x.device)], 1), (records, values)
+        # a leaf over the records' own values (Adagrad updates them in place after the backward pass)
+        values = records[:, : self.cfg.embeddings].detach().to(mb.x.device).requires_grad_(train)
+        return (torch.cat([mb.x, values], 1) if mb.x.shape[1] else values), (records, values)
 
     def _embedding_step(self, mb, trained) -> None:
         if trained is not None:

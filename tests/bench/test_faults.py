@@ -1,6 +1,7 @@
 """A few fault trials of bench.faults on real processes and devices (the benchmark runs dozens): a kill -9 of
 prepare and of quantize, reads failing with EIO mid-epoch through a FUSE mirror, a disk filling up under a run.
-kill -9 of train and --resume are in tests/train/test_checkpoints.py."""
+kill -9 of train and --resume are in tests/train/test_checkpoints.py; the embedding table's write-back meeting a
+kill and a full disk is here too."""
 
 import os
 
@@ -36,3 +37,13 @@ def test_a_disk_filling_up_under_training_keeps_the_last_checkpoint(trials):
     result = trials.run("full-checkpoint", 2)
     assert result["survived"], result
     assert result["finished_before_full"] or "no space left on device" in result["line"]
+
+
+@pytest.mark.parametrize("kind", ["kill-embeddings", "full-embeddings"])
+def test_embedding_write_back_killed_or_out_of_disk_resumes_to_the_same_table(trials, kind):
+    if kind == "full-embeddings" and os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs to fill needs root")
+    result = trials.run(kind, 3 if kind == "kill-embeddings" else 4)
+    assert result["survived"] and result["same_table"] and result["same_weights"], result
+    if kind == "full-embeddings":
+        assert result["finished_before_full"] or "no space left on device" in result["line"]

@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("torch_geometric", reason="torch_geometric is the optional extra diskgnn[pyg]")
 
 from torch_geometric.data import Data  # noqa: E402
-from torch_geometric.loader import NodeLoader  # noqa: E402
+from torch_geometric.loader import LinkLoader, NodeLoader  # noqa: E402
+from torch_geometric.sampler import NegativeSampling  # noqa: E402
 from torch_geometric.nn.models import GraphSAGE  # noqa: E402
 
 import diskgnn  # noqa: E402
@@ -163,6 +164,42 @@ def test_node_loader_yields_neighbor_loader_batches(data_dir, ds, batch_size, fa
     assert len(batches) == -(-seeds.size // batch_size)
     for i, data in enumerate(batches[:6]):
         check_subgraph(ds, data, seeds[i * batch_size: (i + 1) * batch_size], fanouts)
+
+
+@pytest.mark.parametrize("mode", [None, "binary", "triplet"])
+def test_link_loader_yields_link_neighbor_loader_batches(data_dir, ds, mode):
+    """Edge batches (with a duplicate edge, and batches of 1 and of 199 edges): each batch is the subgraph
+    around its edges' ends (and PyG's negatives), and edge_label_index / the triplet's indices point at them."""
+    fs, gs = DiskgnnFeatureStore(data_dir, cache=0), DiskgnnGraphStore(data_dir)
+    src, dst = (torch.from_numpy(np.asarray(a, np.int64)) for a in (ds.indices[:199], np.repeat(
+        np.arange(ds.num_nodes), np.diff(ds.indptr))[:199]))
+    src[5], dst[5] = src[4], dst[4]
+    neg = None if mode is None else NegativeSampling(mode, amount=2)
+    for batch_size in (1, 199):
+        loader = LinkLoader((fs, gs), link_sampler=DiskgnnSampler(data_dir, fanouts=[3, 2], seed=0),
+                            edge_label_index=(None, torch.stack([src, dst])), neg_sampling=neg,
+                            batch_size=batch_size)
+        batches = list(loader)
+        assert len(batches) == -(-199 // batch_size)
+        for i, data in enumerate(batches[:4]):
+            edges = slice(i * batch_size, (i + 1) * batch_size)
+            n_id = data.n_id.numpy()
+            np.testing.assert_array_equal(data.x.numpy(), np.asarray(ds.features)[n_id])
+            if mode == "triplet":
+                assert np.array_equal(n_id[data.src_index.numpy()], src[edges].numpy())
+                assert np.array_equal(n_id[data.dst_pos_index.numpy()], dst[edges].numpy())
+                assert data.dst_neg_index.shape == (data.src_index.numel(), 2)
+                continue
+            label_index = n_id[data.edge_label_index.numpy()]
+            pos = len(range(199)[edges])
+            assert np.array_equal(label_index[:, :pos], torch.stack([src, dst])[:, edges].numpy())
+            if mode == "binary":
+                assert data.edge_label.numel() == 3 * pos and (data.edge_label[pos:] == 0).all()
+            # the ends are the subgraph's seeds, sampled around as a NodeLoader batch of them would be
+            seeds = data.num_sampled_nodes[0]
+            assert set(data.edge_label_index.flatten().tolist()) == set(range(seeds))
+            data.batch_size = seeds  # what a NodeLoader batch of these seeds has
+            check_subgraph(ds, data, n_id[:seeds], [3, 2])
 
 
 def test_sampler_repeats_and_keeps_duplicate_seeds(data_dir, ds):
