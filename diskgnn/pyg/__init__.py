@@ -11,7 +11,9 @@ Keep the PyG model and training loop; swap the data side:
     for data in loader:   # Data(x, y, edge_index, n_id, batch_size, ...), seeds first, as NeighborLoader's
         out = model(data.x, data.edge_index)[:data.batch_size]
 
-or, faster (offline samples, packs and the pipeline of diskgnn.train):
+Edge batches for link prediction: `LinkLoader((fs, gs), link_sampler=DiskgnnSampler(...),
+edge_label_index=(None, edges), neg_sampling=...)`, as LinkNeighborLoader's.
+Or, faster (offline samples, packs and the pipeline of diskgnn.train):
 `for data in DiskgnnLoader("data/w1", fanouts=[10, 5], memory_budget="2GiB")`.
 
 Modules: `stores` (FeatureStore, GraphStore), `sampler` (BaseSampler),
