@@ -58,6 +58,9 @@ def main(argv=None) -> dict:
                          "(fp32, the baseline, is added when missing)")
     ap.add_argument("--seeds", type=int, help=f"seeds 0 .. N-1 (default 5; quantized study {QUANT_SEEDS})")
     ap.add_argument("--epochs", type=int, help="epochs for every dataset (default: each dataset's own)")
+    ap.add_argument("--keep-others", action="store_true",
+                    help="link study: keep --out's earlier runs of the datasets not run now (a study made dataset by "
+                         "dataset)")
     ap.add_argument("--shared", default=str(SHARED), help="the real datasets' directory")
     ap.add_argument("--workdir", default=str(RESULTS / "accuracy-work"),
                     help="prepared datasets and their variants, run logs and (while they run) diskgnn workdirs")

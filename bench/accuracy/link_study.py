@@ -13,6 +13,7 @@ test MRR and AUC within 1 point of the reference's.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -52,13 +53,18 @@ def run(data: Path, system: str, seed: int, epochs: int, work: Path) -> dict:
 
 def link_study(args, names: list[str], work: Path, out: Path, md: Path, info: dict, command: str) -> dict:
     seeds = list(range(args.seeds))
+    kept = []
+    if args.keep_others and out.exists():
+        earlier = json.loads(out.read_text())
+        kept = [r for r in earlier["runs"] if r["dataset"] not in names]
+        command = f"{earlier['command']}; then {command}" if kept else command
     result = paired_runs(
         names, seeds, SYSTEMS, "system", lambda name: prepared_or_exit(name, args, work, EDGE_SPLIT),
         lambda data, name, system, seed: run(data, system, seed, args.epochs or EPOCHS[name], work),
         lambda r: f"{r['dataset']} {r['system']} seed {r['seed']}: test MRR {r['mrr']:.4f}, AUC {r['auc']:.4f}",
         lambda runs: {"benchmark": "accuracy-link", "machine": info, "versions": versions(), "command": command,
                       "seeds": seeds, "edge_split": EDGE_SPLIT, "shared": SHARED, "diskgnn": DISKGNN,
-                      "bound_points": BOUND, "runs": runs, "aggregate": aggregate(runs)}, out)
+                      "bound_points": BOUND, "runs": kept + runs, "aggregate": aggregate(kept + runs)}, out)
     return finish(result, None, table=table(result["aggregate"]), report=md, markers=MARKERS,
                   section=lambda _: markdown(result))
 

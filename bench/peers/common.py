@@ -115,12 +115,13 @@ def not_run(system: str, status: str, why: str) -> dict:
 
 
 def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit_s: float, *,
-               cwd=None, env=None, timeout=None) -> dict:
+               cwd=None, env=None, timeout=None, metrics=None) -> dict:
     """Runs a peer under a cgroup memory cap and reports its epoch times, parsed from its output.
 
     `epoch_pattern` is a regex whose first group is one epoch's time in units of
     `epoch_unit_s` seconds. A run that exits 0 without such a line is still "ok"
-    (the peer trained) but says why it has no times.
+    (the peer trained) but says why it has no times. `metrics(output)`, where
+    given, adds what the peer reported it learned (accuracy, MRR) to the row.
     """
     from bench.harness.memcap import CapUnavailable, run_capped
 
@@ -133,6 +134,8 @@ def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit
     row = {"system": system, "status": "ok", "epoch_times_s": times, "argv": argv, "cap_bytes": r.cap_bytes,
            "cgroup_peak_bytes": r.peak_bytes, "oom_killed": r.oom_killed, "timed_out": r.timed_out,
            "wall_s": r.wall_s}
+    if metrics is not None:
+        row.update(metrics(output))
     tail = " | ".join(output.strip().splitlines()[-3:])
     if r.returncode != 0 or r.timed_out:
         row["status"] = "failed"

@@ -11,7 +11,17 @@ Layout (what `marius_preprocess` writes; paths in marius-team/marius):
     edges/train_edges.bin               (src, dst) pairs, storage.edges dtype, ordered by edge bucket
     edges/train_partition_offsets.txt   edges per bucket (src partition i, dst partition j), i-major,
                                         one per line (preprocess/converters/partitioners/torch_partitioner.py)
+    edges/{validation,test}_edges.bin   link prediction: the held-out (src, dst) pairs, ordered by edge bucket,
+    edges/{validation,test}_partition_offsets.txt   with their bucket sizes (PathConstants in
+                                        src/python/tools/configuration/constants.py)
     marius_train.yaml                   the training config (`marius_train marius_train.yaml`)
+
+Link prediction (`task="link"`) is MariusGNN's home workload: no features, a
+learnable embedding table (and its Adagrad state, per element) in the
+partition buffer, DistMult, negatives shared per chunk of a batch's edges;
+evaluation ranks each held-out edge against 1,000 sampled negatives shared by
+its batch of 1,000, unfiltered, as diskgnn does (MariusGNN also corrupts the
+source: its DistMult scores inverse edges).
 
 Node ids are kept (no remapping, so no nodes/node_mapping.txt): MariusGNN's
 partitions are contiguous id ranges of ceil(num_nodes / num_partitions) nodes
@@ -27,6 +37,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -53,6 +64,8 @@ from .common import (
 )
 
 CONFIG = "marius_train.yaml"
+LOSSES = {"bce": "BCE_WITH_LOGITS", "softmax": "SOFTMAX_CE"}  # diskgnn's --link-loss -> MariusGNN's
+HELD_OUT = {"val": "validation", "test": "test"}  # edges/<name>_edges.bin
 SPLIT_FILES = {"train": "nodes/train_nodes.bin", "val": "nodes/validation_nodes.bin", "test": "nodes/test_nodes.bin"}
 # The share of the cap given to the feature partition buffer; the rest holds the in-memory
 # subgraph of the buffered partitions, the labels and node ids, the model and MariusGNN itself.
@@ -128,20 +141,70 @@ def _write_edges(ds, path: Path, partitions: int, partition_rows: int, dtype: np
     return counts
 
 
+def _write_held_out(pairs: np.ndarray, path: Path, partitions: int, partition_rows: int, dtype: np.dtype) -> np.ndarray:
+    """Held-out (src, dst) pairs grouped by edge bucket, as _write_edges groups the train edges (they are few:
+    in memory at once). Returns the pairs per bucket."""
+    bucket = (pairs[:, 0] // partition_rows) * partitions + pairs[:, 1] // partition_rows
+    write_array(path, [pairs[np.argsort(bucket, kind="stable")]], dtype)
+    return np.bincount(bucket, minlength=partitions * partitions)
+
+
+def _buffer(plan: dict) -> dict:
+    return {"type": "PARTITION_BUFFER",
+            "options": {"dtype": "float", "num_partitions": plan["num_partitions"],
+                        "buffer_capacity": plan["buffer_capacity"], "prefetching": True,
+                        "fine_to_coarse_ratio": 1, "num_cache_partitions": 0,
+                        "node_partition_ordering": "DISPERSED"}}
+
+
+def _sage_layers(dims: list[int], last_activation: str) -> list:
+    return [[{"type": "GNN", "options": {"type": "GRAPH_SAGE", "aggregator": "MEAN"}, "input_dim": dims[i],
+              "output_dim": dims[i + 1], "bias": True,
+              "activation": "RELU" if i < len(dims) - 2 else last_activation}] for i in range(len(dims) - 1)]
+
+
+def _link_config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_size, epochs, lr,
+                 device, link: dict) -> dict:
+    """Link prediction: an EMBEDDING layer of the table in the partition buffer (GraphSAGE layers over it where
+    `fanouts` has hops), DistMult, `link`'s negatives per chunk and loss, Adagrad on the table and Adam on the
+    rest."""
+    dim = link["embeddings"]
+    encoder = {"layers": [[{"type": "EMBEDDING", "output_dim": dim, "bias": False}]]
+               + _sage_layers([dim] * (len(fanouts) + 1), "NONE")}
+    if fanouts:
+        encoder.update(use_incoming_nbrs=True, use_outgoing_nbrs=False,
+                       train_neighbor_sampling=[{"type": "UNIFORM", "options": {"max_neighbors": f}} for f in fanouts])
+    return {
+        "model": {
+            "random_seed": 0,
+            "learning_task": "LINK_PREDICTION",
+            "encoder": encoder,
+            "decoder": {"type": "DISTMULT", "options": {"input_dim": dim}},
+            "loss": {"type": LOSSES[link["loss"]], "options": {"reduction": "MEAN"}},
+            "dense_optimizer": {"type": "ADAM", "options": {"learning_rate": lr}},
+            "sparse_optimizer": {"type": "ADAGRAD", "options": {"learning_rate": link["embedding_lr"]}},
+        },
+        "storage": {"device_type": device, "dataset": stats, "edges": {"type": "FLAT_FILE", "options": {"dtype": id_name}},
+                    "embeddings": _buffer(plan), "prefetch": True, "shuffle_input": True,
+                    "full_graph_evaluation": False, "model_dir": str(out / "model") + "/", "log_level": "info"},
+        "training": {"batch_size": batch_size, "num_epochs": epochs, "pipeline": {"sync": True},
+                     "negative_sampling": {"num_chunks": link["chunks"], "negatives_per_positive": link["negatives"],
+                                           "degree_fraction": link["degree_fraction"], "filtered": False},
+                     "epochs_per_shuffle": 1, "logs_per_epoch": 10, "save_model": False},
+        "evaluation": {"batch_size": 1000, "pipeline": {"sync": True}, "epochs_per_eval": 1,
+                       "negative_sampling": {"num_chunks": 1, "negatives_per_positive": link["eval_negatives"],
+                                             "degree_fraction": 0.0, "filtered": False}},
+    }
+
+
 def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_size, epochs, hidden, lr,
             device) -> dict:
     """The training config: GraphSAGE (mean) over a FEATURE layer, uniform sampling per hop from the seeds
     outward (sampling_layers_[0] is applied to the batch's nodes: neighbor.cpp), features in the partition
     buffer. Keys as read by configuration/marius_config.py and src/cpp/src/configuration/config.cpp."""
     dims = [stats["node_feature_dim"]] + [hidden] * (len(fanouts) - 1) + [stats["num_classes"]]
-    gnn = [[{"type": "GNN", "options": {"type": "GRAPH_SAGE", "aggregator": "MEAN"}, "input_dim": dims[i],
-             "output_dim": dims[i + 1], "bias": True, "activation": "RELU" if i < len(fanouts) - 1 else "NONE"}]
-           for i in range(len(fanouts))]
-    buffer = {"type": "PARTITION_BUFFER",
-              "options": {"dtype": "float", "num_partitions": plan["num_partitions"],
-                          "buffer_capacity": plan["buffer_capacity"], "prefetching": True,
-                          "fine_to_coarse_ratio": 1, "num_cache_partitions": 0,
-                          "node_partition_ordering": "DISPERSED"}}
+    gnn = _sage_layers(dims, "NONE")
+    buffer = _buffer(plan)
     return {
         "model": {
             "random_seed": 0,
@@ -179,41 +242,59 @@ def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_
 
 
 def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1, hidden=256, lr=0.003,
-           device="cpu", memory_budget="256MiB", overwrite=False) -> dict:
+           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None) -> dict:
     """Writes dataset `data` to directory `out` in MariusGNN's layout with its training config; returns
-    the export's description (also written to out/diskgnn-export.json)."""
+    the export's description (also written to out/diskgnn-export.json). `link` (embeddings, embedding_lr,
+    negatives, chunks, degree_fraction, eval_negatives, loss: diskgnn.train's options of those names) makes
+    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone)."""
     ds = open_dataset(data)
     budget = budget_bytes(memory_budget)
     cap_bytes = parse_size(cap)
     fanouts = [int(f) for f in fanouts]
-    if not fanouts or min(fanouts) < 1:
+    if (not fanouts and link is None) or (fanouts and min(fanouts) < 1):
         raise DiskgnnError(f"--fanouts {fanouts}: MariusGNN's uniform sampling needs positive fanouts")
-    plan = buffer_plan(ds.num_nodes, ds.feature_dim, cap_bytes)
+    if link is not None and "edge_split" not in ds.manifest:
+        raise DiskgnnError(f"{data}: link prediction needs held-out edges: prepare it with --edge-split")
+    # The buffer holds a table's rows: features, or (link) embeddings and their Adagrad state, per element.
+    plan = buffer_plan(ds.num_nodes, ds.feature_dim if link is None else 2 * link["embeddings"], cap_bytes)
     ids, id_name = id_dtype(ds.num_nodes)
     splits = {name: ds.split(name) for name in SPLIT_FILES}
-    if len(splits["train"]) == 0:
+    if link is None and len(splits["train"]) == 0:
         raise DiskgnnError(f"{ds.file_path('train_idx')}: no training nodes; MariusGNN would have nothing to train")
+    parts, rows = plan["num_partitions"], plan["partition_rows"]
     final = Path(out).absolute()
     with StagedDirectory(final, overwrite) as st:
-        write_array(st.path("nodes/features.bin"), row_chunks(ds.features, budget, 4), "<f4")
-        write_array(st.path("nodes/labels.bin"), row_chunks(ds.labels, budget, 4), "<i4")
-        for name, rel in SPLIT_FILES.items():
-            write_array(st.path(rel), row_chunks(splits[name], budget, ids.itemsize), ids)
-        counts = _write_edges(ds, st.path("edges/train_edges.bin"), plan["num_partitions"],
-                              plan["partition_rows"], ids, budget)
+        if link is None:
+            write_array(st.path("nodes/features.bin"), row_chunks(ds.features, budget, 4), "<f4")
+            write_array(st.path("nodes/labels.bin"), row_chunks(ds.labels, budget, 4), "<i4")
+            for name, rel in SPLIT_FILES.items():
+                write_array(st.path(rel), row_chunks(splits[name], budget, ids.itemsize), ids)
+            held_out = {s: len(splits[s]) for s in ("val", "test")}
+        else:
+            held_out = {}
+            for split, name in HELD_OUT.items():
+                pairs = np.asarray(ds.held_out_edges(split), dtype=np.int64)
+                counts = _write_held_out(pairs, st.path(f"edges/{name}_edges.bin"), parts, rows, ids)
+                write_text(st.path(f"edges/{name}_partition_offsets.txt"), "".join(f"{c}\n" for c in counts.tolist()))
+                held_out[split] = len(pairs)
+        counts = _write_edges(ds, st.path("edges/train_edges.bin"), parts, rows, ids, budget)
         write_text(st.path("edges/train_partition_offsets.txt"), "".join(f"{c}\n" for c in counts.tolist()))
         # Field order and `initialized: false` as OmegaConf.to_yaml(DatasetConfig) writes them; -1 marks an
-        # absent split (DatasetConfig: "If not given, no validation will be performed").
+        # absent split (DatasetConfig: "If not given, no validation will be performed") or (link) no features.
         stats = {"dataset_dir": str(final) + "/", "num_edges": ds.num_edges, "num_nodes": ds.num_nodes,
-                 "num_relations": 1, "num_train": len(splits["train"]), "num_valid": len(splits["val"]) or -1,
-                 "num_test": len(splits["test"]) or -1, "node_feature_dim": ds.feature_dim,
-                 "rel_feature_dim": -1, "num_classes": ds.num_classes, "initialized": False}
+                 "num_relations": 1, "num_train": ds.num_edges if link else len(splits["train"]),
+                 "num_valid": held_out["val"] or -1, "num_test": held_out["test"] or -1,
+                 "node_feature_dim": -1 if link else ds.feature_dim, "rel_feature_dim": -1,
+                 "num_classes": -1 if link else ds.num_classes, "initialized": False}
         write_text(st.path("dataset.yaml"), yaml.safe_dump(stats, sort_keys=False))
-        config = _config(final, {k: v for k, v in stats.items() if k != "initialized"}, plan, id_name,
-                         fanouts=fanouts, batch_size=batch_size, epochs=epochs, hidden=hidden, lr=lr, device=device)
+        common = dict(fanouts=fanouts, batch_size=batch_size, epochs=epochs, lr=lr, device=device)
+        stats = {k: v for k, v in stats.items() if k != "initialized"}
+        config = _config(final, stats, plan, id_name, hidden=hidden, **common) if link is None else \
+            _link_config(final, stats, plan, id_name, link=link, **common)
         write_text(st.path(CONFIG), yaml.safe_dump(config, sort_keys=False))
         options = {"cap_bytes": cap_bytes, "fanouts": fanouts, "batch_size": batch_size, "epochs": epochs,
-                   "hidden": hidden, "lr": lr, "device": device, "buffer_plan": plan}
+                   "hidden": hidden, "lr": lr, "device": device, "buffer_plan": plan,
+                   "task": "node" if link is None else "link", **({"link": link} if link else {})}
         write_export_info(st.path(EXPORT_INFO), ds, "marius", options)
         st.commit()
     return {"peer": "marius", "out": str(final), "config": str(final / CONFIG), **options}
@@ -239,7 +320,8 @@ def run(out, *, cap=None, timeout=None) -> dict:
     """Trains MariusGNN on an export (`marius_train CONFIG`) under a cgroup memory cap (default: the cap
     the export's buffer was sized for).
 
-    Epoch times come from its "Epoch Runtime: 63ms" lines (docs/examples/config/nc_custom.rst).
+    Epoch times come from its "Epoch Runtime: 63ms" lines (docs/examples/config/nc_custom.rst), what it
+    learned from its evaluations' lines (`metrics`).
     """
     ok, why = installed()
     if not ok:
@@ -248,4 +330,20 @@ def run(out, *, cap=None, timeout=None) -> dict:
     info = read_export_info(out)
     config = Path(out).absolute() / CONFIG
     return capped_row("marius", [exe, str(config)], cap or info["options"]["cap_bytes"],
-                      r"Epoch Runtime:\s*([0-9.]+)\s*ms", 1e-3, timeout=timeout)
+                      r"Epoch Runtime:\s*([0-9.]+)\s*ms", 1e-3, timeout=timeout, metrics=metrics)
+
+
+def metrics(output: str) -> dict:
+    """What MariusGNN reported after each evaluation, in order: `val_acc_per_eval` and `test_acc_per_eval`
+    (fractions), or for link prediction `val_mrr_per_eval`, `test_mrr_per_eval`, `test_hits@1_per_eval`, ...
+    It prints a block after "Evaluating validation set" (or "test set"): "Accuracy: 84.814815%", or "MRR:
+    0.132049" and "Hits@k: ..." lines (docs/examples/config/nc_custom.rst and lp_custom.rst)."""
+    found: dict[str, list[float]] = {}
+    parts = re.split(r"Evaluating (validation|test) set", output)
+    for split, text in zip(parts[1::2], parts[2::2]):
+        name = "val" if split == "validation" else "test"
+        for key, pattern, scale in (("acc", r"Accuracy:\s*([0-9.]+)%", 0.01), ("mrr", r"MRR:\s*([0-9.]+)", 1),
+                                    ("hits@1", r"Hits@1:\s*([0-9.]+)", 1), ("hits@10", r"Hits@10:\s*([0-9.]+)", 1)):
+            if m := re.search(pattern, text):
+                found.setdefault(f"{name}_{key}_per_eval", []).append(float(m.group(1)) * scale)
+    return found

@@ -271,3 +271,100 @@ def test_marius_runner_parses_epoch_times(dataset, tmp_path, monkeypatch):
     fake.write_text("#!/bin/sh\necho out of memory >&2\nexit 3\n")
     row = marius.run(tmp_path / "m", cap="256MiB")
     assert row["status"] == "failed" and row["why"] == "exit 3: out of memory"
+
+
+# MariusGNN's evaluation blocks as its documentation prints them (docs/examples/config/nc_custom.rst,
+# lp_custom.rst), two epochs each; the last has no test block (a run killed in its evaluation).
+NC_LOG = """[04/05/22 18:41:49.199] Epoch Runtime: 63ms
+[04/05/22 18:41:49.199] Evaluating validation set
+=================================
+Node Classification: 270 nodes evaluated
+Accuracy: 12.962963%
+=================================
+[04/05/22 18:41:49.213] Evaluating test set
+=================================
+Node Classification: 272 nodes evaluated
+Accuracy: 16.176471%
+=================================
+[04/05/22 18:41:49.872] Epoch Runtime: 51ms
+[04/05/22 18:41:49.872] Evaluating validation set
+=================================
+Node Classification: 270 nodes evaluated
+Accuracy: 84.814815%
+=================================
+[04/05/22 18:41:49.883] Evaluating test set
+"""
+LP_LOG = """[04/04/22 17:11:59.408] Epoch Runtime: 1758ms
+[04/04/22 17:11:59.408] Evaluating validation set
+=================================
+Link Prediction: 116624 edges evaluated
+Mean Rank: 10927.984317
+MRR: 0.088246
+Hits@1: 0.043936
+Hits@3: 0.091285
+Hits@10: 0.176499
+Hits@100: 0.414872
+=================================
+[04/04/22 17:12:00.444] Evaluating test set
+=================================
+Link Prediction: 116625 edges evaluated
+MRR: 0.088237
+Hits@1: 0.043798
+Hits@10: 0.176377
+=================================
+"""
+
+
+def test_marius_metrics_are_parsed_from_its_evaluation_blocks():
+    nc = marius.metrics(NC_LOG)
+    assert nc == {"val_acc_per_eval": pytest.approx([0.12962963, 0.84814815]),
+                  "test_acc_per_eval": pytest.approx([0.16176471])}
+    lp = marius.metrics(LP_LOG)
+    assert lp == {"val_mrr_per_eval": [0.088246], "val_hits@1_per_eval": [0.043936],
+                  "val_hits@10_per_eval": [0.176499], "test_mrr_per_eval": [0.088237],
+                  "test_hits@1_per_eval": [0.043798], "test_hits@10_per_eval": [0.176377]}
+    assert marius.metrics("Epoch Runtime: 5ms\n") == {}
+
+
+@pytest.fixture(scope="module")
+def link_dataset(tmp_path_factory):
+    return prepare("synthetic", tmp_path_factory.mktemp("peers-link") / "ds", undirected=True, progress=False,
+                   synthetic=dict(structure="powerlaw", nodes=199, feat_dim=0, avg_degree=6, classes=2, seed=0),
+                   edge_split=(0.7, 0.15, 0.15))
+
+
+def test_marius_link_export_holds_the_held_out_edges_by_bucket(link_dataset, tmp_path):
+    from diskgnn.data.format import open_dataset
+
+    link = {"embeddings": 8, "embedding_lr": 0.1, "negatives": 7, "chunks": 3, "degree_fraction": 0.5,
+            "eval_negatives": 50, "loss": "softmax"}
+    info = marius.export(link_dataset, tmp_path / "m", cap=4000, fanouts=(), batch_size=64, epochs=2, lr=0.01,
+                         memory_budget=4096, link=link)
+    out, ds = tmp_path / "m", open_dataset(link_dataset)
+    plan = info["buffer_plan"]
+    parts, rows = plan["num_partitions"], plan["partition_rows"]
+    assert (plan["buffer_capacity"] + 1) * rows * 2 * 8 * 4 <= 2000  # rows of values and Adagrad state
+    for split, name in marius.HELD_OUT.items():
+        pairs = np.asarray(ds.held_out_edges(split), dtype=np.int64)
+        bucket = (pairs[:, 0] // rows) * parts + pairs[:, 1] // rows
+        got = np.fromfile(out / "edges" / f"{name}_edges.bin", "<i4").reshape(-1, 2)
+        np.testing.assert_array_equal(got, pairs[np.argsort(bucket, kind="stable")])
+        offsets = np.loadtxt(out / "edges" / f"{name}_partition_offsets.txt", dtype=np.int64)
+        np.testing.assert_array_equal(offsets, np.bincount(bucket, minlength=parts * parts))
+    train = np.fromfile(out / "edges" / "train_edges.bin", "<i4").reshape(-1, 2)
+    assert len(train) == ds.num_edges and not (out / "nodes").exists()
+    config = yaml.safe_load((out / marius.CONFIG).read_text())
+    model = config["model"]
+    assert model["learning_task"] == "LINK_PREDICTION" and model["decoder"]["type"] == "DISTMULT"
+    assert model["encoder"]["layers"] == [[{"type": "EMBEDDING", "output_dim": 8, "bias": False}]]
+    assert model["sparse_optimizer"] == {"type": "ADAGRAD", "options": {"learning_rate": 0.1}}
+    assert config["training"]["negative_sampling"] == {"num_chunks": 3, "negatives_per_positive": 7,
+                                                       "degree_fraction": 0.5, "filtered": False}
+    assert config["evaluation"]["negative_sampling"]["negatives_per_positive"] == 50
+    assert config["storage"]["embeddings"]["options"]["num_partitions"] == parts
+    stats = config["storage"]["dataset"]
+    assert (stats["num_valid"], stats["num_test"]) == tuple(len(ds.held_out_edges(s)) for s in ("val", "test"))
+    without_split = prepare(write_npy_dir(tmp_path / "src", random_graph(n=30, e=90, d=4, classes=2, seed=1)),
+                            tmp_path / "plain", progress=False)
+    with pytest.raises(DiskgnnError, match="link prediction needs held-out edges"):
+        marius.export(without_split, tmp_path / "x", cap=4000, fanouts=(), link=link)
