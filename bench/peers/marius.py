@@ -35,7 +35,6 @@ neighbours only, as diskgnn does.
 from __future__ import annotations
 
 import copy
-import math
 import os
 import re
 import shutil
@@ -67,11 +66,32 @@ CONFIG = "marius_train.yaml"
 LOSSES = {"bce": "BCE_WITH_LOGITS", "softmax": "SOFTMAX_CE"}  # diskgnn's --link-loss -> MariusGNN's
 HELD_OUT = {"val": "validation", "test": "test"}  # edges/<name>_edges.bin
 SPLIT_FILES = {"train": "nodes/train_nodes.bin", "val": "nodes/validation_nodes.bin", "test": "nodes/test_nodes.bin"}
-# The share of the cap given to the feature partition buffer; the rest holds the in-memory
-# subgraph of the buffered partitions, the labels and node ids, the model and MariusGNN itself.
-FEATURE_SHARE = 0.5
-# MariusGNN's default num_partitions (PartitionBufferOptions in configuration/datatypes.py).
-MIN_PARTITIONS = 16
+# MariusGNN's default num_partitions (PartitionBufferOptions in configuration/datatypes.py), and the most tried:
+# more only shave the two prefetched partitions off the buffer, and the edge buckets (partitions^2) grow.
+MIN_PARTITIONS, MAX_PARTITIONS = 16, 64
+HEADROOM = 0.05  # of the cap, left by the plan: the model's error on its calibration runs was up to 4 %
+# What a MariusGNN process holds (its memory model), from its source and calibrated on W1 (8M nodes, 80M
+# edges, 512-byte rows) under cgroup caps (issue 40's table; tests/bench/test_peer_exporters.py holds the plan
+# to every row of it):
+# - the partition buffer: with prefetching, buffer_capacity + 2 partitions (a partition being read ahead and
+#   one being written back beside the buffer: PartitionBuffer::load);
+# - its in-memory subgraph of the buffered partitions' edges (initializeInMemorySubGraph keeps several int64
+#   copies of them) and the process's own runtime: SUBGRAPH_BASE + SUBGRAPH_EDGE bytes per edge into a
+#   buffered partition (measured 0.86, 1.38, 1.89 and 3.09 GiB beside 2 of 23, 3, 4 and 7 of 16 partitions;
+#   the least-squares line is within 0.08 GiB of each);
+# - evaluation, which needs EVAL_BYTES more than the epoch (runs that trained an epoch were killed in it).
+PREFETCHED = 2
+SUBGRAPH_BASE = int(0.25 * (1 << 30))
+SUBGRAPH_EDGE = 87
+EVAL_BYTES = int(0.3 * (1 << 30))
+
+
+def memory(num_nodes: int, num_edges: int, row_bytes: int, partitions: int, capacity: int) -> dict:
+    """The memory model's bytes for a buffer of `capacity` of `partitions` partitions of `row_bytes` rows:
+    training's and evaluation's peaks."""
+    partition = -(-num_nodes // partitions) * row_bytes
+    training = (capacity + PREFETCHED) * partition + SUBGRAPH_BASE + SUBGRAPH_EDGE * num_edges * capacity // partitions
+    return {"partition_bytes": partition, "training_bytes": training, "evaluation_bytes": training + EVAL_BYTES}
 
 
 def id_dtype(num_nodes: int) -> tuple[np.dtype, str]:
@@ -81,32 +101,35 @@ def id_dtype(num_nodes: int) -> tuple[np.dtype, str]:
     return np.dtype("<i8"), "long"
 
 
-def buffer_plan(num_nodes: int, feature_dim: int, cap_bytes: int, feature_share: float = FEATURE_SHARE) -> dict:
-    """Partitions and buffer capacity so that the buffered feature partitions fit the cap's feature share.
-
-    Counts buffer_capacity + 1 partitions resident: with prefetching MariusGNN reads
-    the next partition while the buffer is full. MariusGNN needs num_partitions >= 2
-    and 2 <= buffer_capacity <= num_partitions (configuration/datatypes.py
-    PartitionBufferOptions); capacity stays below num_partitions so the features are
-    really out of core.
-    """
-    row_bytes = feature_dim * 4
-    budget = int(cap_bytes * feature_share)
-    if 3 * row_bytes > budget:
-        raise DiskgnnError(f"--cap {format_size(cap_bytes)} leaves {format_size(budget)} for MariusGNN's feature "
-                           f"buffer: less than 3 partitions of one {row_bytes}-byte row each")
-    partitions = max(MIN_PARTITIONS, math.ceil(3 * num_nodes * row_bytes / budget))
-    while True:
-        rows = -(-num_nodes // partitions)
-        capacity = min(partitions - 1, budget // max(1, rows * row_bytes) - 1)
-        if capacity >= 2:
-            break
-        partitions += max(1, partitions // 16)  # ceil() rounding left too little room: smaller partitions
+def buffer_plan(num_nodes: int, num_edges: int, row_bytes: int, cap_bytes: int) -> dict:
+    """Partitions and buffer capacity whose run, by `memory`, fits the cap less HEADROOM through evaluation: the
+    largest buffered share of the table (capacity / partitions; of equal shares, the fewest partitions). MariusGNN
+    needs 2 <= buffer_capacity <= num_partitions; capacity stays below num_partitions so that the table is
+    really out of core. Refused in one line where no buffer of 2 partitions fits."""
+    best, room = None, int(cap_bytes * (1 - HEADROOM))
+    for partitions in range(MIN_PARTITIONS, MAX_PARTITIONS + 1):
+        # the model grows linearly with the capacity: the largest that fits, from its line
+        empty = memory(num_nodes, num_edges, row_bytes, partitions, 0)["evaluation_bytes"]
+        step = memory(num_nodes, num_edges, row_bytes, partitions, 1)["evaluation_bytes"] - empty
+        capacity = min(partitions - 1, (room - empty) // max(1, step))
+        while capacity >= 2 and memory(num_nodes, num_edges, row_bytes, partitions, capacity)["evaluation_bytes"] \
+                > room:
+            capacity -= 1  # the edges' share rounds down per capacity, not per step
+        if capacity >= 2 and (best is None or capacity * best[0] > best[1] * partitions):
+            best = (partitions, capacity)
+        if best is not None and best[1] == partitions - 1:
+            break  # all but one partition buffered: no larger share exists
+    if best is None:
+        least = memory(num_nodes, num_edges, row_bytes, MAX_PARTITIONS, 2)["evaluation_bytes"]
+        raise DiskgnnError(f"--cap {format_size(cap_bytes)}: too small for MariusGNN, which would need about "
+                           f"{format_size(least)} even with 2 of {MAX_PARTITIONS} partitions buffered, and the plan "
+                           f"leaves {HEADROOM:.0%} of the cap free (its memory model: docs/peers.md)")
+    partitions, capacity = best
     # MariusGNN samples a node's neighbours among the buffered partitions only: with neighbours spread
     # evenly over the partitions, it sees this share of them (diskgnn and the other peers see all).
-    return {"num_partitions": partitions, "buffer_capacity": capacity, "partition_rows": rows,
-            "partition_bytes": rows * row_bytes, "resident_bytes": (capacity + 1) * rows * row_bytes,
-            "feature_budget_bytes": budget, "neighbour_share": capacity / partitions}
+    return {"num_partitions": partitions, "buffer_capacity": capacity, "partition_rows": -(-num_nodes // partitions),
+            **memory(num_nodes, num_edges, row_bytes, partitions, capacity), "cap_bytes": cap_bytes,
+            "neighbour_share": capacity / partitions}
 
 
 def _write_edges(ds, path: Path, partitions: int, partition_rows: int, dtype: np.dtype, budget: int) -> np.ndarray:
@@ -256,7 +279,8 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
     if link is not None and "edge_split" not in ds.manifest:
         raise DiskgnnError(f"{data}: link prediction needs held-out edges: prepare it with --edge-split")
     # The buffer holds a table's rows: features, or (link) embeddings and their Adagrad state, per element.
-    plan = buffer_plan(ds.num_nodes, ds.feature_dim if link is None else 2 * link["embeddings"], cap_bytes)
+    plan = buffer_plan(ds.num_nodes, ds.num_edges, 4 * (ds.feature_dim if link is None else 2 * link["embeddings"]),
+                       cap_bytes)
     ids, id_name = id_dtype(ds.num_nodes)
     splits = {name: ds.split(name) for name in SPLIT_FILES}
     if link is None and len(splits["train"]) == 0:
