@@ -1,8 +1,10 @@
 """Learnable node embeddings larger than memory (--embeddings D): a table on disk, trained in place.
 
-Each node's record is its D float32 values and its row-wise Adagrad state (one float32, the sum of its
-gradients' mean squares: PyTorch-BigGraph's and MariusGNN's optimizer for embedding tables), so one
-read and one write serve both. Records are served from three places, newest first:
+Each node's record is its D float32 values and its optimizer state, so one read and one write serve
+both: row-wise Adagrad (one float32, the sum of its gradients' mean squares: PyTorch-BigGraph's
+optimizer for embedding tables) or lazy Adam (its 2 x D moments, updated only where a batch has the
+row, as torch.optim.SparseAdam, whose operations it repeats). Records are served from three places,
+newest first:
 
 - the hot rows, held in memory for the run: the rows the known future reads most (the access counts of
   epoch 0's offline samples, as for the feature tiers), updated in memory and written at checkpoints;
@@ -21,6 +23,7 @@ dirty hot rows and syncs the table; `committed` then starts the next interval's 
 from __future__ import annotations
 
 import json
+import math
 import os
 import queue
 import threading
@@ -36,16 +39,23 @@ from ..io.reader import FileReader
 from .journal import UndoJournal
 
 FORMAT = "diskgnn-embeddings"
+OPTIMIZERS = ("adagrad", "adam")
 EPS = 1e-10  # Adagrad's, added to the root of the state
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.SparseAdam's defaults
 INIT_BLOCK = 1 << 16  # rows initialised per random stream (the table is the same whatever the memory)
 WRITE_QUEUE = 2  # batches of rows waiting for the writer at most: bounds the memory they take
 FLUSH_BYTES = 16 << 20  # dirty hot rows written (and their pre-images journaled) at a time
 
 
-def init_rows(seed: int, first: int, count: int, dim: int) -> np.ndarray:
-    """Records first..first+count of a new table: values N(0, 1/D) (rows of about unit norm), state 0; each
-    block of INIT_BLOCK rows from its own stream, so any range is the same however it is written."""
-    out = np.zeros((count, dim + 1), np.float32)
+def state_width(dim: int, optimizer: str) -> int:
+    """float32 values of optimizer state per row (none without a table)."""
+    return 0 if dim == 0 else 1 if optimizer == "adagrad" else 2 * dim
+
+
+def init_rows(seed: int, first: int, count: int, dim: int, state: int = 1) -> np.ndarray:
+    """Records first..first+count of a new table: values N(0, 1/D) (rows of about unit norm), `state` zeros;
+    each block of INIT_BLOCK rows from its own stream, so any range is the same however it is written."""
+    out = np.zeros((count, dim + state), np.float32)
     for b in range(first // INIT_BLOCK, -(-(first + count) // INIT_BLOCK)):
         lo, hi = max(first, b * INIT_BLOCK), min(first + count, (b + 1) * INIT_BLOCK)
         # the stream's first rows, as many as needed: a prefix of the block's whatever is drawn
@@ -54,12 +64,28 @@ def init_rows(seed: int, first: int, count: int, dim: int) -> np.ndarray:
     return out
 
 
-def adagrad(records: torch.Tensor, grad: torch.Tensor, lr: float) -> None:
+def adagrad(records: torch.Tensor, grad: torch.Tensor, lr: float, step: int = 0) -> None:
     """Row-wise Adagrad, in place on records [n, D + 1] (values, state): state += mean(g^2) of the row;
     values -= lr * g / (sqrt(state) + EPS)."""
-    dim = records.shape[1] - 1
+    dim = grad.shape[1]
     records[:, dim] += grad.pow(2).mean(1)
     records[:, :dim] -= lr * grad / (records[:, dim:].sqrt() + EPS)
+
+
+def sparse_adam(records: torch.Tensor, grad: torch.Tensor, lr: float, step: int) -> None:
+    """torch.optim.SparseAdam's update at its step `step` (1, 2, ...), in place on records [n, 3D] (values,
+    first and second moments) of the rows with gradient `grad`, with its operations in its order (so the two
+    agree bit for bit)."""
+    d = grad.shape[1]
+    values, m, v = records[:, :d], records[:, d: 2 * d], records[:, 2 * d:]
+    b1, b2 = ADAM_BETAS
+    m += grad.sub(m).mul_(1 - b1)
+    v += grad.pow(2).sub_(v).mul_(1 - b2)
+    size = lr * math.sqrt(1 - b2**step) / (1 - b1**step)
+    values += -size * m.div(v.sqrt().add_(ADAM_EPS))
+
+
+UPDATES = {"adagrad": adagrad, "adam": sparse_adam}
 
 
 class EmbeddingTable:
@@ -67,11 +93,14 @@ class EmbeddingTable:
     it back to checkpoint `generation` (--resume); see the module's docstring."""
 
     def __init__(self, directory: Path, num_nodes: int, dim: int, *, seed: int, lr: float, create: bool,
-                 generation: int = 0, init_bytes: int = 64 << 20):
+                 generation: int = 0, optimizer: str = "adagrad", steps: int = 0, init_bytes: int = 64 << 20):
+        """`steps`: the optimizer steps taken so far (a checkpoint's; Adam's bias correction counts them)."""
         self.dir, self.num_nodes, self.dim, self.lr = Path(directory), num_nodes, dim, lr
-        self.row_bytes = 4 * (dim + 1)
+        self.optimizer, self.steps, self.state = optimizer, steps, state_width(dim, optimizer)
+        self.row_bytes = 4 * (dim + self.state)
         self.path = self.dir / "table.bin"
-        meta = {"format": FORMAT, "num_nodes": num_nodes, "dim": dim, "seed": seed, "row_bytes": self.row_bytes}
+        meta = {"format": FORMAT, "num_nodes": num_nodes, "dim": dim, "seed": seed, "row_bytes": self.row_bytes,
+                "optimizer": optimizer}
         guard_io(self.dir, lambda: self.dir.mkdir(parents=True, exist_ok=True))
         self.journal = UndoJournal(self.dir / "journal.bin", self.row_bytes)
         if create:
@@ -89,7 +118,7 @@ class EmbeddingTable:
         self._recover(generation)
         self.journal.start(generation)
         self.slot = np.full(num_nodes, -1, np.int32)  # hot row -> its slot in self.hot
-        self.hot = torch.zeros((0, dim + 1))
+        self.hot = torch.zeros((0, dim + self.state))
         self.hot_ids = np.zeros(0, np.int64)
         self.hot_dirty = np.zeros(0, bool)
         self.queued_at = np.full(num_nodes, -1, np.int64)  # row -> the last queued batch holding it
@@ -112,7 +141,8 @@ class EmbeddingTable:
         def write():
             with open(tmp, "wb") as f:
                 for first in range(0, self.num_nodes, block_rows):
-                    f.write(init_rows(meta["seed"], first, min(block_rows, self.num_nodes - first), self.dim).data)
+                    f.write(init_rows(meta["seed"], first, min(block_rows, self.num_nodes - first), self.dim,
+                                      self.state).data)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
@@ -129,8 +159,9 @@ class EmbeddingTable:
                                "is gone (start without --resume)") from None
         if saved != meta:
             raise DiskgnnError(f"{self.dir / 'table.json'}: a table of {saved.get('num_nodes')} x {saved.get('dim')} "
-                               f"(seed {saved.get('seed')}), not {meta['num_nodes']} x {meta['dim']} (seed "
-                               f"{meta['seed']}): resume with the options that made it")
+                               f"(seed {saved.get('seed')}, {saved.get('optimizer')}), not {meta['num_nodes']} x "
+                               f"{meta['dim']} (seed {meta['seed']}, {meta['optimizer']}): resume with the options "
+                               "that made it")
         size = self.path.stat().st_size if self.path.exists() else -1
         if size != self.table_bytes:
             raise DiskgnnError(f"{self.path}: {size} bytes, a table of {self.num_nodes} x {self.dim} has "
@@ -155,7 +186,7 @@ class EmbeddingTable:
         self.stats["bytes_written"] += rows.nbytes
 
     def _read(self, ids: np.ndarray) -> np.ndarray:
-        out = np.empty((ids.size, self.dim + 1), np.float32)
+        out = np.empty((ids.size, self.dim + self.state), np.float32)
         if ids.size:
             self.reader.gather_rows(ids, self.row_bytes, out=out.view(np.uint8).reshape(ids.size, self.row_bytes))
             self.stats["bytes_read"] += out.nbytes
@@ -206,10 +237,10 @@ class EmbeddingTable:
         self.slot[hot_ids] = np.arange(hot_ids.size, dtype=np.int32)
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
-        """Records [len(ids), D + 1] (values, state), newest copies; ids unique."""
+        """Records [len(ids), D + state] (values, optimizer state), newest copies; ids unique."""
         self._raise_failed()
         ids = np.asarray(ids, np.int64)
-        out = torch.empty((ids.size, self.dim + 1))
+        out = torch.empty((ids.size, self.dim + self.state))
         slots = self.slot[ids]
         hot = np.flatnonzero(slots >= 0)
         out[torch.from_numpy(hot)] = self.hot[torch.from_numpy(slots[hot].astype(np.int64))]
@@ -228,11 +259,12 @@ class EmbeddingTable:
         return out
 
     def step(self, ids: np.ndarray, records: torch.Tensor, grad: torch.Tensor) -> None:
-        """Adagrad on the gathered `records` of `ids` with their values' gradient, then stores them: hot rows in
-        memory, the others queued for the writer (waiting while WRITE_QUEUE batches are ahead)."""
+        """One optimizer step on the gathered `records` of `ids` with their values' gradient, then stores them:
+        hot rows in memory, the others queued for the writer (waiting while WRITE_QUEUE batches are ahead)."""
         self._raise_failed()
         ids = np.asarray(ids, np.int64)
-        adagrad(records, grad.float(), self.lr)
+        self.steps += 1
+        UPDATES[self.optimizer](records, grad.float(), self.lr, self.steps)
         slots = self.slot[ids]
         hot = np.flatnonzero(slots >= 0)
         self.hot[torch.from_numpy(slots[hot].astype(np.int64))] = records[torch.from_numpy(hot)]

@@ -24,6 +24,7 @@ from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
 from ..io.reader import BACKENDS
 from ..loading.hag import MODES as HAG_MODES
 from ..nn.link import DECODERS, LOSSES
+from ..store.embeddings import OPTIMIZERS
 from ..nn.models import MODELS
 from ..offline.link_batches import EVAL_CHUNK_EDGES, LinkSpec
 from ..offline.sample import SAMPLERS, Sampler
@@ -141,8 +142,10 @@ class TrainConfig:
         "help": "link: negatives each eval batch of 1,000 held-out edges is ranked against (MRR, Hits@k, AUC)"})
     embeddings: int = field(default=0, metadata={
         "help": "learnable node embeddings of this width beside the features (a featureless dataset's input), "
-                "kept on disk with their row-wise Adagrad state, the rows read most held in memory"})
-    embedding_lr: float = field(default=0.1, metadata={"help": "embeddings: Adagrad's learning rate"})
+                "kept on disk with their optimizer state, the rows read most held in memory"})
+    embedding_optimizer: str = field(default="adagrad", metadata={
+        "help": "embeddings: adagrad (row-wise) or adam (lazy, as torch.optim.SparseAdam)", "choices": OPTIMIZERS})
+    embedding_lr: float = field(default=0.1, metadata={"help": "embeddings: the optimizer's learning rate"})
     embedding_cache: str = field(default="auto", metadata={
         "help": "embeddings: memory for their hot rows (auto: half of what the budget leaves after the working set)"})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
@@ -198,19 +201,14 @@ class TrainConfig:
         """--memory-budget, the whole run's (every other memory of the run is a share of it, the plan's)."""
         return parse_size(self.memory_budget, "--memory-budget")
 
-    @property
-    def host_cache_bytes(self) -> int | None:
-        """--host-cache in bytes; None for auto."""
-        return None if self.host_cache == "auto" else parse_size(self.host_cache, "--host-cache")
+    def _size_or_auto(self, name: str) -> int | None:
+        """--host-cache, --device-cache or --embedding-cache in bytes; None for auto."""
+        value = getattr(self, name)
+        return None if value == "auto" else parse_size(value, "--" + name.replace("_", "-"))
 
-    @property
-    def embedding_cache_bytes(self) -> int | None:
-        return None if self.embedding_cache == "auto" else parse_size(self.embedding_cache, "--embedding-cache")
-
-    @property
-    def device_cache_bytes(self) -> int | None:
-        """--device-cache in bytes; None for auto."""
-        return None if self.device_cache == "auto" else parse_size(self.device_cache, "--device-cache")
+    host_cache_bytes = property(lambda self: self._size_or_auto("host_cache"))
+    device_cache_bytes = property(lambda self: self._size_or_auto("device_cache"))
+    embedding_cache_bytes = property(lambda self: self._size_or_auto("embedding_cache"))
 
     @property
     def checkpoint_interval(self) -> tuple[str, float] | None:

@@ -84,8 +84,8 @@ def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
 
 
 def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group: Group):
-    """last.pt's (history, best, accounting, epoch state, embedding table generation), restored into the model and
-    optimizer; None to start from the beginning."""
+    """last.pt's (history, best, accounting, epoch state, embedding table's generation and steps), restored into
+    the model and optimizer; None to start from the beginning."""
     state = _last_state(cfg, checkpoints, group)
     if state is None:
         return None
@@ -98,7 +98,7 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
     if group.leader:
         print(f"plan: --resume: from {checkpoints.path('last')}: training goes on at epoch {position.epoch}, batch "
               f"{position.next_batch}")
-    return state["history"], state["best"], state["accounting"], position, state.get("embedding_generation", 0)
+    return state["history"], state["best"], state["accounting"], position, state.get("embeddings", {})
 
 
 def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
@@ -125,9 +125,9 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     if resumed is not None:
         # tier hits and bytes, disk bytes, summed over finished epochs (an interrupted epoch's first part is not
         # in them)
-        history, best, data.accounting, position, generation = resumed
+        history, best, data.accounting, position, table_state = resumed
         history.setdefault("wall_s_at_val", [None] * len(history["epoch_times_s"]))  # a checkpoint from before it
-    run.open_embeddings(generation if resumed is not None else None)
+    run.open_embeddings(table_state if resumed is not None else None)
     table = run.embeddings
 
     def save_last(state: EpochState) -> None:
@@ -137,7 +137,8 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         if group.leader:
             checkpoints.save("last", {**training_state(model, optimizer, state, history, best, cfg.to_dict(),
                                                        data.accounting), "world": group.world,
-                                      **({"embedding_generation": table.generation + 1} if table else {})})
+                                      **({"embeddings": {"generation": table.generation + 1, "steps": table.steps}}
+                                         if table else {})})
         if table is not None:
             table.committed(table.generation + 1)
 

@@ -30,7 +30,7 @@ from ..nn.models import activation_bytes, layer_dims
 from ..distributed.cooperative import OwnedRows
 from ..offline.epochs import EpochSpec
 from ..offline.sample import topology_bytes
-from ..store.embeddings import WRITE_QUEUE
+from ..store.embeddings import WRITE_QUEUE, state_width
 from ..store.store import HELD_BEYOND_READS
 from ..store.uva import HostGather, host_gather
 from ..units import format_size
@@ -113,7 +113,8 @@ def embedding_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
     bit; a batch's records, values, gradient and input, and the writer's queued batches and pre-images."""
     if not cfg.embeddings:
         return 0
-    return ds.num_nodes * 13 + (WRITE_QUEUE + 5) * rows * (4 * (cfg.embeddings + 1) + 8)
+    row = 4 * (cfg.embeddings + state_width(cfg.embeddings, cfg.embedding_optimizer))
+    return ds.num_nodes * 13 + (WRITE_QUEUE + 5) * rows * (row + 8)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
@@ -249,10 +250,10 @@ class Plan:
             + f"; device {self.device}; {self.workload}",
         ]
         if self.embedding_dim:
-            out.append(f"plan: --embeddings {self.embedding_dim}: a table of {self.num_nodes:,} x ({self.embedding_dim} "
-                       f"values + 1 Adagrad state) float32 = {format_size(self.embedding_table)} on disk in the "
-                       f"workdir; {format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), "
-                       "the rest read per batch and written back in id order behind an undo journal")
+            out.append(f"plan: --embeddings {self.embedding_dim}: a table of {self.num_nodes:,} rows of values and "
+                       f"optimizer state = {format_size(self.embedding_table)} on disk in the workdir; "
+                       f"{format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), the rest "
+                       "read per batch and written back in id order behind an undo journal")
         if self.device != "cpu":
             out.append(f"plan: {self.host_gather.line}")
         if self.sampling == "online":
@@ -356,9 +357,8 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     explicit_host, explicit_emb = cfg.host_cache_bytes or 0, cfg.embedding_cache_bytes
     depth, floor, need = _fit(ds, source, cfg, budget, explicit_host + (explicit_emb or 0), precision, device)
     features = ds.num_nodes * source.row_bytes
-    # no tier larger than all the stored rows; auto: half of what the budget leaves after the working set
-    # (the other half: page cache for segments and the OS); learnable embeddings' hot rows first
-    table = ds.num_nodes * 4 * (cfg.embeddings + 1) if cfg.embeddings else 0
+    # no tier larger than its rows; auto: half of what the budget leaves (the rest: page cache), embeddings' first
+    table = ds.num_nodes * 4 * (cfg.embeddings + state_width(cfg.embeddings, cfg.embedding_optimizer))
     emb_host = min(table, (budget - need - explicit_host) // 2 if explicit_emb is None else explicit_emb)
     host = min(features, (budget - need - emb_host) // 2) if cfg.host_cache_bytes is None else explicit_host
     tiers = {"host": host}

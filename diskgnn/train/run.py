@@ -50,15 +50,16 @@ class Run:
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
         self.embeddings: EmbeddingTable | None = None  # --embeddings: the table (open_embeddings)
 
-    def open_embeddings(self, generation: int | None) -> None:
-        """--embeddings: the run's table in WORKDIR/embeddings, new (generation None: a fresh run) or rolled back
-        to checkpoint `generation`, with the rows epoch 0 reads most held in memory as the plan sizes them."""
+    def open_embeddings(self, resumed: dict | None) -> None:
+        """--embeddings: the run's table in WORKDIR/embeddings, new (a fresh run) or rolled back to the
+        checkpoint's `resumed` generation and steps, with the rows epoch 0 reads most held in memory as the plan
+        sizes them."""
         cfg, loader = self.cfg, self.loader
         if not cfg.embeddings:
             return
         self.embeddings = EmbeddingTable(loader.workdir / "embeddings", loader.ds.num_nodes, cfg.embeddings,
-                                         seed=cfg.seed, lr=cfg.embedding_lr, create=generation is None,
-                                         generation=generation or 0)
+                                         seed=cfg.seed, lr=cfg.embedding_lr, optimizer=cfg.embedding_optimizer,
+                                         create=resumed is None, **(resumed or {}))
         if self.embeddings.stats["rows_rolled_back"]:
             loader.say(f"plan: --resume: {self.embeddings.stats['rows_rolled_back']:,} embedding rows rolled back to "
                        "the checkpoint from the undo journal")

@@ -37,7 +37,7 @@ def oracle(n: int, dim: int, seed: int, work) -> np.ndarray:
 
 
 def stored(table: EmbeddingTable) -> np.ndarray:
-    return np.fromfile(table.path, np.float32).reshape(table.num_nodes, table.dim + 1)
+    return np.fromfile(table.path, np.float32).reshape(table.num_nodes, -1)
 
 
 def train(table: EmbeddingTable, work, checkpoint_every: int = 0, start: int = 0):
@@ -159,3 +159,31 @@ def test_a_stale_journal_is_dropped_and_a_newer_one_refused(tmp_path):
         EmbeddingTable(tmp_path / "e", n, dim, seed=1, lr=LR, create=False, generation=1)
     with pytest.raises(DiskgnnError, match="not 50 x 4"):
         EmbeddingTable(tmp_path / "e", n, 4, seed=1, lr=LR, create=False, generation=2)
+
+
+@pytest.mark.parametrize("n,dim,hot", [(1, 3, 0), (199, 4, 0), (199, 4, 60)])
+def test_adam_rows_match_torch_sparse_adam(tmp_path, n, dim, hot):
+    """--embedding-optimizer adam against torch.optim.SparseAdam on an nn.Embedding(sparse=True) fed the same
+    gradients: the same values and moments, bit for bit, wherever the rows were served from (empty batches
+    count as steps in both)."""
+    work = batches(n, 12, seed=n + dim + hot, dim=dim)
+    table = EmbeddingTable(tmp_path / "e", n, dim, seed=3, lr=LR, create=True, optimizer="adam")
+    table.place(np.arange(0, n, max(1, n // max(1, hot)))[:hot])
+    train(table, work)
+    reference = torch.nn.Embedding(n, dim, sparse=True)
+    reference.weight.data = torch.from_numpy(init_rows(3, 0, n, dim, 2 * dim)[:, :dim].copy())
+    opt = torch.optim.SparseAdam(reference.parameters(), lr=LR)
+    for ids, grad in work:
+        reference.weight.grad = torch.sparse_coo_tensor(torch.from_numpy(ids)[None], grad, (n, dim),
+                                                        check_invariants=True)
+        opt.step()
+    table.flush()
+    got = stored(table)
+    assert got.shape == (n, 3 * dim) and table.steps == len(work)
+    assert torch.equal(torch.from_numpy(got[:, :dim]), reference.weight.data)
+    state = opt.state[reference.weight]
+    assert torch.equal(torch.from_numpy(got[:, dim: 2 * dim]), state["exp_avg"])
+    assert torch.equal(torch.from_numpy(got[:, 2 * dim:]), state["exp_avg_sq"])
+    table.close()
+    with pytest.raises(DiskgnnError, match="adam\\), not 199 x 4 \\(seed 3, adagrad\\)|adam\\), not 1 x 3"):
+        EmbeddingTable(tmp_path / "e", n, dim, seed=3, lr=LR, create=False, generation=0)
