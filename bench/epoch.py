@@ -139,11 +139,23 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
         return {"error": f"{name}: {row['status']}: {row.get('why', '')}", "row": row}
     times = row["epoch_times_s"]
     batches = batches_per_epoch(data, args)
-    return {"epoch_s": sum(times) / len(times), "epochs_done": len(times), "train_s_per_epoch": times,
+    return {**peer_accuracy(row), "epoch_s": sum(times) / len(times), "epochs_done": len(times),
+            "train_s_per_epoch": times,
             "per_batch_s": sum(times) / (batches * len(times)), "batches": batches * len(times),
             "cap_bytes": row["cap_bytes"], "cgroup_peak_bytes": row["cgroup_peak_bytes"],
             "conversion_s": {"export_s": export_s}, "row": row,
             **({"neighbour_share": plan["neighbour_share"]} if "neighbour_share" in plan else {})}
+
+
+def peer_accuracy(row: dict) -> dict:
+    """A peer's accuracies as the report reads diskgnn's: val per epoch, test at the best val epoch, and the
+    wall seconds at each validation (where the peer reports them: MariusGNN's evaluation blocks)."""
+    vals, tests = row.get("val_acc_per_eval") or [], row.get("test_acc_per_eval") or []
+    if not vals:
+        return {}
+    best = vals.index(max(vals))
+    return {"val_acc_per_epoch": vals, "test_acc": tests[best] if best < len(tests) else None,
+            **({"wall_s_at_val": row["wall_s_at_val"]} if row.get("wall_s_at_val") else {})}
 
 
 def diskgnn_backend(result: dict) -> str | None:

@@ -35,6 +35,7 @@ neighbours only, as diskgnn does.
 from __future__ import annotations
 
 import copy
+import datetime
 import os
 import re
 import shutil
@@ -260,7 +261,8 @@ def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_
         },
         "training": {"batch_size": batch_size, "num_epochs": epochs, "pipeline": {"sync": True},
                      "logs_per_epoch": 10, "save_model": False},
-        "evaluation": {"batch_size": batch_size, "pipeline": {"sync": True}, "epochs_per_eval": epochs},
+        # every epoch: time to accuracy reads its validation after each
+        "evaluation": {"batch_size": batch_size, "pipeline": {"sync": True}, "epochs_per_eval": 1},
     }
 
 
@@ -361,9 +363,14 @@ def metrics(output: str) -> dict:
     """What MariusGNN reported after each evaluation, in order: `val_acc_per_eval` and `test_acc_per_eval`
     (fractions), or for link prediction `val_mrr_per_eval`, `test_mrr_per_eval`, `test_hits@1_per_eval`, ...
     It prints a block after "Evaluating validation set" (or "test set"): "Accuracy: 84.814815%", or "MRR:
-    0.132049" and "Hits@k: ..." lines (docs/examples/config/nc_custom.rst and lp_custom.rst)."""
+    0.132049" and "Hits@k: ..." lines (docs/examples/config/nc_custom.rst and lp_custom.rst). And
+    `wall_s_at_val`: seconds from its first logged line to the end of each validation (the test set's line)."""
     found: dict[str, list[float]] = {}
     parts = re.split(r"Evaluating (validation|test) set", output)
+    stamps = [_seconds(m) for m in _STAMP.finditer(output)]
+    for m in re.finditer(r"(\[[^\]]+\])[^\n]*Evaluating test set", output):
+        if stamps and (at := _seconds(_STAMP.match(m.group(1)))) is not None and stamps[0] is not None:
+            found.setdefault("wall_s_at_val", []).append(round(at - stamps[0], 3))
     for split, text in zip(parts[1::2], parts[2::2]):
         name = "val" if split == "validation" else "test"
         for key, pattern, scale in (("acc", r"Accuracy:\s*([0-9.]+)%", 0.01), ("mrr", r"MRR:\s*([0-9.]+)", 1),
@@ -371,3 +378,17 @@ def metrics(output: str) -> dict:
             if m := re.search(pattern, text):
                 found.setdefault(f"{name}_{key}_per_eval", []).append(float(m.group(1)) * scale)
     return found
+
+
+# Its log lines' stamps: "[2022-04-05 18:41:44.987]" (spdlog) and "[04/05/22 18:41:49.122]".
+_STAMP = re.compile(r"\[(\d{4}-\d\d-\d\d|\d\d/\d\d/\d\d) (\d\d):(\d\d):(\d\d(?:\.\d+)?)\]")
+
+
+def _seconds(m) -> float | None:
+    """A stamp as seconds since its day's start plus its date's ordinal day, for differences."""
+    if m is None:
+        return None
+    date = m.group(1)
+    year, month, day = (date.split("-") if "-" in date else (("20" + date[6:8]), date[0:2], date[3:5]))
+    days = datetime.date(int(year), int(month), int(day)).toordinal()
+    return days * 86400 + int(m.group(2)) * 3600 + int(m.group(3)) * 60 + float(m.group(4))

@@ -352,13 +352,18 @@ Hits@10: 0.176377
 
 def test_marius_metrics_are_parsed_from_its_evaluation_blocks():
     nc = marius.metrics(NC_LOG)
+    # from the first stamp (18:41:49.199) to each test set's line, where its validation has ended
     assert nc == {"val_acc_per_eval": pytest.approx([0.12962963, 0.84814815]),
-                  "test_acc_per_eval": pytest.approx([0.16176471])}
+                  "test_acc_per_eval": pytest.approx([0.16176471]), "wall_s_at_val": [0.014, 0.684]}
     lp = marius.metrics(LP_LOG)
-    assert lp == {"val_mrr_per_eval": [0.088246], "val_hits@1_per_eval": [0.043936],
+    assert lp == {"wall_s_at_val": [1.036], "val_mrr_per_eval": [0.088246], "val_hits@1_per_eval": [0.043936],
                   "val_hits@10_per_eval": [0.176499], "test_mrr_per_eval": [0.088237],
                   "test_hits@1_per_eval": [0.043798], "test_hits@10_per_eval": [0.176377]}
     assert marius.metrics("Epoch Runtime: 5ms\n") == {}
+    # as the report reads it: val per epoch, test at the best val epoch (here none: its test block is missing)
+    from bench.epoch import peer_accuracy
+    assert peer_accuracy({**nc, "epoch_times_s": [0.063, 0.051]}) == {
+        "val_acc_per_epoch": nc["val_acc_per_eval"], "test_acc": None, "wall_s_at_val": [0.014, 0.684]}
 
 
 @pytest.fixture(scope="module")
