@@ -95,6 +95,35 @@ def every_tier(tmp, nodes, dim, dtype):
 CASES = [(199, 7, np.float32), (97, 4097, np.int8), (60, 1, np.uint8)]
 
 
+def kill_once_checkpointed(argv, workdir: Path, batches_per_epoch: int, target: int, delay_s: float = 0.0):
+    """Starts diskgnn.train `argv` and SIGKILLs it `delay_s` after its last.pt first stands at batch `target` or
+    past it (epochs x batches_per_epoch + next batch); returns that position, None if it ended first, and the
+    stopped process."""
+    import signal
+    import time
+
+    from diskgnn.errors import DiskgnnError
+    from diskgnn.train.checkpoints import Checkpoints
+
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while proc.poll() is None:
+            try:
+                state = Checkpoints(workdir / "checkpoints").load("last")
+            except DiskgnnError:
+                state = None  # caught between the write and the rename of a first checkpoint: not possible, but
+            if state is not None:
+                at = state["position"]["epoch"] * batches_per_epoch + state["position"]["next_batch"]
+                if at >= target:
+                    time.sleep(delay_s)
+                    proc.send_signal(signal.SIGKILL)
+                    return at, proc
+            time.sleep(0.001)
+        return None, proc
+    finally:
+        proc.wait()
+
+
 def run_module(module: str, *args, check=False):
     """Runs `python -m module args` and returns the CompletedProcess."""
     proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,

@@ -6,7 +6,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from diskgnn.errors import DiskgnnError
 from diskgnn.train.checkpoints import Checkpoints
 from diskgnn.train.config import resolve
 
-from conftest import REPO
+from conftest import REPO, kill_once_checkpointed
 
 ARGS = ["--fanouts", "4,3", "--batch-size", "2", "--hidden", "16", "--epochs", "2", "--lr", "0.02",
         "--host-cache", "8KiB", "--no-progress", "--eval-max-batches", "2", "--device", "cpu"]
@@ -55,24 +54,7 @@ def test_resume_after_kill_at_a_random_batch_equals_the_uninterrupted_run(train_
     # 100 batches an epoch; killed at a random one once a checkpoint at or past it is on disk
     target = random.Random(os.getpid()).randrange(5, 180)
     run = tmp_path / "killed"
-    proc = subprocess.Popen(train_cli(train_data, run, "--checkpoint-every", "3"), cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    killed_at = None
-    try:
-        while proc.poll() is None:
-            try:
-                state = weights(run)
-            except DiskgnnError:
-                state = None  # caught between the write and the rename of a first checkpoint: not possible, but
-            if state is not None:
-                at = state["position"]["epoch"] * 100 + state["position"]["next_batch"]
-                if at >= target:
-                    proc.send_signal(signal.SIGKILL)
-                    killed_at = at
-                    break
-            time.sleep(0.002)
-    finally:
-        proc.wait()
+    killed_at, proc = kill_once_checkpointed(train_cli(train_data, run, "--checkpoint-every", "3"), run, 100, target)
     assert killed_at is not None, f"the run ended before batch {target} was checkpointed: {proc.stderr.read()}"
     assert proc.returncode == -signal.SIGKILL
     resumed = subprocess.run(train_cli(train_data, run, "--checkpoint-every", "3", "--resume"),

@@ -5,21 +5,19 @@ and a kill -9 in the middle of the write-back resumes to the uninterrupted run's
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 import torch
 
 from diskgnn.data.prepare import prepare
-from diskgnn.errors import DiskgnnError, run_cli
+from diskgnn.errors import run_cli
 from diskgnn.train.__main__ import main as train_main
 from diskgnn.train.checkpoints import Checkpoints
 
-from conftest import REPO
+from conftest import REPO, kill_once_checkpointed
 
 
 @pytest.fixture(scope="module")
@@ -81,26 +79,9 @@ def test_kill_during_write_back_then_resume_equals_the_uninterrupted_run(feature
     rng = random.Random(os.getpid())
     target = rng.randrange(3, 3 * batches - 4)
     run_dir = tmp_path / "killed"
-    proc = subprocess.Popen(cmd + argv(featureless, run_dir, *extra), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
-    killed_at = None
-    try:
-        while proc.poll() is None:
-            try:
-                state = Checkpoints(run_dir / "checkpoints").load("last")
-            except DiskgnnError:
-                state = None
-            if state is not None:
-                at = state["position"]["epoch"] * batches + state["position"]["next_batch"]
-                if at >= target:
-                    # a few batches past the checkpoint: rows written since are on disk, or being written
-                    time.sleep(rng.uniform(0.02, 0.08))
-                    proc.send_signal(signal.SIGKILL)
-                    killed_at = at
-                    break
-            time.sleep(0.001)
-    finally:
-        proc.wait()
+    # a few batches past the checkpoint: the rows written since are on disk, or being written
+    killed_at, proc = kill_once_checkpointed(cmd + argv(featureless, run_dir, *extra), run_dir, batches, target,
+                                             rng.uniform(0.02, 0.08))
     assert killed_at is not None, f"the run ended before batch {target} was checkpointed: {proc.stderr.read()}"
     resumed = subprocess.run(cmd + argv(featureless, run_dir, *extra, "--resume"), capture_output=True, text=True,
                              cwd=REPO)
