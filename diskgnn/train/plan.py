@@ -230,15 +230,15 @@ class Plan:
 
     def lines(self) -> list[str]:
         """The plan as the run prints it, before sampling (the placement's line comes from placed_line)."""
-        smaller = self.raw_row_bytes / max(1, self.row_bytes)
+        smaller = self.raw_row_bytes / max(1, self.row_bytes)  # a featureless dataset's: 0 / 0, said so below
         out = [
             f"plan: dataset {self.dataset}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, features "
             f"{self.feature_dim} x {self.feature_dtype} = {format_size(self.num_nodes * self.raw_row_bytes)}; "
             "splits " + ", ".join(f"{s} {n:,}" for s, n in self.splits.items()),
             f"plan: --features {self.features}: {self.row_bytes:,} B rows"
-            + (f" ({smaller:.1f}x smaller than features.bin)" if smaller != 1 else "")
-            + f", {format_size(self.feature_bytes)} in {self.features_file}; packs, caches and reads move these "
-            "rows, decoded on the training device",
+            + (f" ({smaller:.1f}x smaller than features.bin)" if smaller not in (0, 1) else "")
+            + (f", {format_size(self.feature_bytes)} in {self.features_file}; packs, caches and reads move these "
+               "rows, decoded on the training device" if self.row_bytes else ": no features, nothing to pack or read"),
             *([f"plan: --features {self.features} fidelity {fidelity.summary(self.features_fidelity)}"]
               if self.features_fidelity else []),
             f"plan: memory budget {self.budget_text}: working set ~{format_size(self.working_set)} with reads of "
