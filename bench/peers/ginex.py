@@ -31,7 +31,7 @@ import numpy as np
 from diskgnn.data.files import StagedDirectory
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
-from diskgnn.units import parse_size
+from diskgnn.units import format_size, parse_size
 
 from .common import (
     EXPORT_INFO,
@@ -49,8 +49,66 @@ from .common import (
 NAME = "diskgnn"  # run_ginex.py --dataset NAME reads ./dataset/NAME-ginex
 SCORE_EPS = 1e-8  # prepare_dataset.py's eps
 MAX_ROW_BYTES = 4096  # gather.cpp reads one row with at most two 4 KiB O_DIRECT blocks
-# Ginex's run_ginex.py default superbatch (mini-batches sampled ahead and cached for).
-SB_SIZE = 1000
+# Ginex's run_ginex.py default superbatch (mini-batches sampled ahead and cached for); its change-set
+# precomputation counts a node's uses in an int16 (lib/cache.py), so a superbatch has at most MAX_SB batches.
+SB_SIZE, MAX_SB = 1000, 32767
+WORKERS = 4  # sampler processes (--num-workers; its default, 2 x the cores, would take GBs of scratch)
+# What a Ginex training process holds on the host (its memory model, read from SNU-ARC/Ginex @fc2c085; not yet
+# calibrated on a run: no GPU machine with Ginex here):
+# - always: indptr read whole (8 N, lib/data.py) and the labels as float32 (4 N);
+# - the feature cache, --feature-cache-size bytes: an int32 address table per node plus K rows,
+#   K = (size - 4 N) / (4 F) (lib/cache.py fill_cache);
+# - the neighbour cache, --neigh-cache-size bytes: an int64 address table per node plus neighbour lists, alive
+#   while a superbatch is sampled (run_ginex.py inspect); the next superbatch's sampling overlaps the feature
+#   cache still held for training, so the peak holds both caches;
+# - each sampler worker's per-batch scratch: about 70 bytes per input node and 16 + 16 per last-hop edge
+#   (lib/cpp_extension/sample.cpp), M input nodes at most B * prod(1 + fanout);
+# - the change set's first passes: every batch's input ids of the superbatch, 8 S M bytes (lib/cache.py);
+# - torch, PyG and the CUDA context: RUNTIME_BYTES (an estimate).
+RUNTIME_BYTES = 1 << 30
+HEADROOM = 0.05  # of the cap, left by the plan
+
+
+def memory(num_nodes: int, feature_dim: int, batch_size: int, fanouts, *, feature_cache: int, neigh_cache: int,
+           sb_size: int = SB_SIZE, workers: int = WORKERS) -> dict:
+    """The memory model's peak host bytes of a Ginex run with these caches (see above)."""
+    rows = batch_size
+    for f in fanouts:
+        rows *= 1 + f
+    last_edges = rows // (1 + fanouts[-1]) * fanouts[-1] if fanouts else 0
+    scratch = workers * (70 * rows + 32 * last_edges)
+    fixed = RUNTIME_BYTES + 12 * num_nodes
+    sampling = feature_cache + neigh_cache + scratch  # a superbatch sampled beside the cache still trained from
+    change_set = feature_cache + 8 * sb_size * rows
+    return {"input_rows": rows, "peak_bytes": fixed + max(sampling, change_set),
+            "cached_rows": max(0, (feature_cache - 4 * num_nodes) // (4 * feature_dim))}
+
+
+def cache_plan(num_nodes: int, feature_dim: int, batch_size: int, fanouts, cap_bytes: int) -> dict:
+    """--feature-cache-size, --neigh-cache-size and --sb-size whose run, by `memory`, fits the cap less
+    HEADROOM: the superbatch at Ginex's default (smaller where its change set would not fit), and what the
+    rest leaves split evenly between the two caches beyond their per-node tables. Refused in one line where
+    not even the tables fit."""
+    room = int(cap_bytes * (1 - HEADROOM))
+    tables = {"feature_cache": 4 * num_nodes + 4 * feature_dim, "neigh_cache": 8 * num_nodes}
+    base = memory(num_nodes, feature_dim, batch_size, fanouts, sb_size=1, **tables)
+    per_batch = 8 * base["input_rows"]
+    spare = room - base["peak_bytes"]
+    if spare < 0:
+        raise DiskgnnError(f"--cap {format_size(cap_bytes)}: too small for Ginex, which would need about "
+                           f"{format_size(base['peak_bytes'])} for its runtime, per-node tables and samplers alone "
+                           "(its memory model: docs/peers.md)")
+    sb_size = max(1, min(SB_SIZE, MAX_SB, 1 + spare // 2 // per_batch))
+    # Each cache grows by the same share: twice it in the sampling phase (both caches), once in the change
+    # set's (the feature cache alone); the largest share both phases hold.
+    sampling = memory(num_nodes, feature_dim, batch_size, fanouts, sb_size=1, **tables)["peak_bytes"]
+    change_set = RUNTIME_BYTES + 12 * num_nodes + tables["feature_cache"] + 8 * sb_size * base["input_rows"]
+    share = max(0, min((room - sampling) // 2, room - change_set))
+    caches = {k: v + share for k, v in tables.items()}
+    m = memory(num_nodes, feature_dim, batch_size, fanouts, sb_size=sb_size, **caches)
+    return {"feature_cache_bytes": caches["feature_cache"], "neigh_cache_bytes": caches["neigh_cache"],
+            "sb_size": sb_size, "num_workers": WORKERS, "peak_bytes": m["peak_bytes"],
+            "cached_rows": m["cached_rows"]}
 
 
 def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1, hidden=256,
@@ -71,6 +129,8 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
                            f"bytes) are longer than the {MAX_ROW_BYTES} bytes Ginex's gather reads a row with "
                            f"(lib/cpp_extension/gather.cpp): at most {MAX_ROW_BYTES // 4} features")
     n, e = ds.num_nodes, ds.num_edges
+    fanouts = [int(f) for f in fanouts]
+    plan = cache_plan(n, ds.feature_dim, batch_size, fanouts, cap_bytes)
     final = Path(out).absolute()
     with StagedDirectory(final, overwrite) as st:
         write_array(st.path("indptr.dat"), row_chunks(ds.indptr, budget, 8), "<i8")
@@ -104,11 +164,8 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
                 "indices_dtype": "int64", "features_shape": [n, ds.feature_dim], "features_dtype": "float32",
                 "labels_shape": [n, 1], "labels_dtype": "float32", "num_classes": ds.num_classes}
         write_text(st.path("conf.json"), json.dumps(conf))
-        options = {"cap_bytes": cap_bytes, "fanouts": [int(f) for f in fanouts], "batch_size": batch_size,
-                   "epochs": epochs, "hidden": hidden, "sb_size": SB_SIZE,
-                   # Ginex's README splits an 8 GB cgroup into 6 GB + 6 GB of caches with swap behind them;
-                   # without swap a quarter of the cap each leaves room for the sampler and the model.
-                   "neigh_cache_bytes": cap_bytes // 4, "feature_cache_bytes": cap_bytes // 4}
+        options = {"cap_bytes": cap_bytes, "fanouts": fanouts, "batch_size": batch_size, "epochs": epochs,
+                   "hidden": hidden, **plan}
         write_export_info(st.path(EXPORT_INFO), ds, "ginex", options)
         st.commit()
     return {"peer": "ginex", "out": str(final), **options}
@@ -182,6 +239,7 @@ def run(out, *, cap=None, timeout=None) -> dict:
             "--neigh-cache-size", nc_size, "--feature-cache-size", str(opts["feature_cache_bytes"]),
             "--sb-size", str(opts["sb_size"]), "--sizes", ",".join(map(str, opts["fanouts"])),
             "--batch-size", str(opts["batch_size"]), "--num-epochs", str(opts["epochs"]),
+            "--num-workers", str(opts.get("num_workers", WORKERS)),
             "--num-hiddens", str(opts["hidden"]), "--train-only"]
     return capped_row("ginex", argv, cap or opts["cap_bytes"], r"Epoch time:\s*([0-9.]+)\s*ms", 1e-3,
                       cwd=work, env=env, timeout=timeout)

@@ -171,7 +171,7 @@ def test_buffer_plan_fits_the_cap_at_scale():
 
 
 def test_ginex_files_byte_for_byte(dataset, graph, tmp_path):
-    info = ginex.export(dataset, tmp_path / "g", cap="1GiB", fanouts=(4, 3), batch_size=16, memory_budget=4096)
+    info = ginex.export(dataset, tmp_path / "g", cap="2GiB", fanouts=(4, 3), batch_size=16, memory_budget=4096)
     out = tmp_path / "g"
     indptr, src, dst = edges(graph)
     assert (out / "indptr.dat").read_bytes() == indptr.astype("<i8").tobytes()
@@ -194,7 +194,8 @@ def test_ginex_files_byte_for_byte(dataset, graph, tmp_path):
     out_num = torch.from_numpy(np.bincount(src, minlength=N)) + eps
     score = torch.load(out / "nc_score.pth", weights_only=True)
     assert score.dtype == torch.float32 and torch.equal(score, out_num / in_num)
-    assert info["neigh_cache_bytes"] == info["feature_cache_bytes"] == (1 << 30) // 4
+    assert info["neigh_cache_bytes"] - 8 * N == info["feature_cache_bytes"] - 4 * N - 4 * D > 0  # the model's plan
+    assert info["peak_bytes"] <= (2 << 30) * (1 - ginex.HEADROOM)
 
 
 @pytest.mark.parametrize("peer", ["marius", "ginex"])
@@ -408,3 +409,22 @@ def test_marius_link_export_holds_the_held_out_edges_by_bucket(link_dataset, tmp
                             tmp_path / "plain", progress=False)
     with pytest.raises(DiskgnnError, match="link prediction needs held-out edges"):
         marius.export(without_split, tmp_path / "x", cap="1GiB", fanouts=(), link=link)
+
+
+def test_ginex_caches_are_planned_from_its_memory_model():
+    """Ginex's model (read from its source; not calibrated on a run here): both caches and their per-node tables,
+    the samplers' scratch and the superbatch's change set fit the cap less the headroom."""
+    n, f = 8_000_000, 128
+    for cap in (2 << 30, 4 << 30):
+        plan = ginex.cache_plan(n, f, 1024, [10, 5], cap)
+        assert plan["peak_bytes"] <= cap * (1 - ginex.HEADROOM)
+        assert plan["feature_cache_bytes"] > 4 * n and plan["neigh_cache_bytes"] > 8 * n  # Ginex refuses less
+        assert 1 <= plan["sb_size"] <= ginex.MAX_SB
+        assert plan["cached_rows"] == (plan["feature_cache_bytes"] - 4 * n) // (4 * f)  # lib/cache.py's K
+        bigger = ginex.memory(n, f, 1024, [10, 5], feature_cache=plan["feature_cache_bytes"] + (64 << 20),
+                              neigh_cache=plan["neigh_cache_bytes"] + (64 << 20), sb_size=plan["sb_size"])
+        assert bigger["peak_bytes"] > cap * (1 - ginex.HEADROOM)  # the caches take what is left
+    small = ginex.cache_plan(n, f, 1024, [10, 5], 2 << 30)
+    assert small["sb_size"] < ginex.SB_SIZE  # at 2 GiB the change set of 1,000 batches does not fit beside them
+    with pytest.raises(DiskgnnError, match="--cap 1.0 GiB: too small for Ginex, which would need about"):
+        ginex.cache_plan(n, f, 1024, [10, 5], 1 << 30)
