@@ -125,7 +125,11 @@ def buffer_plan(num_nodes: int, num_edges: int, row_bytes: int, cap_bytes: int) 
         raise DiskgnnError(f"--cap {format_size(cap_bytes)}: too small for MariusGNN, which would need about "
                            f"{format_size(least)} even with 2 of {MAX_PARTITIONS} partitions buffered, and the plan "
                            f"leaves {HEADROOM:.0%} of the cap free (its memory model: docs/peers.md)")
-    partitions, capacity = best
+    return buffer_of(num_nodes, num_edges, row_bytes, cap_bytes, *best)
+
+
+def buffer_of(num_nodes: int, num_edges: int, row_bytes: int, cap_bytes: int, partitions: int, capacity: int) -> dict:
+    """The plan of a given buffer: its partitions' rows and the memory model's bytes for it."""
     # MariusGNN samples a node's neighbours among the buffered partitions only: with neighbours spread
     # evenly over the partitions, it sees this share of them (diskgnn and the other peers see all).
     return {"num_partitions": partitions, "buffer_capacity": capacity, "partition_rows": -(-num_nodes // partitions),
@@ -267,11 +271,13 @@ def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_
 
 
 def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1, hidden=256, lr=0.003,
-           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None) -> dict:
+           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None,
+           buffer: tuple[int, int] | None = None) -> dict:
     """Writes dataset `data` to directory `out` in MariusGNN's layout with its training config; returns
     the export's description (also written to out/diskgnn-export.json). `link` (embeddings, embedding_lr,
     negatives, chunks, degree_fraction, eval_negatives, loss: diskgnn.train's options of those names) makes
-    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone)."""
+    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone);
+    `buffer` (partitions, capacity) replaces the plan's (bench.epoch tries smaller ones)."""
     ds = open_dataset(data)
     budget = budget_bytes(memory_budget)
     cap_bytes = parse_size(cap)
@@ -281,8 +287,9 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
     if link is not None and "edge_split" not in ds.manifest:
         raise DiskgnnError(f"{data}: link prediction needs held-out edges: prepare it with --edge-split")
     # The buffer holds a table's rows: features, or (link) embeddings and their Adagrad state, per element.
-    plan = buffer_plan(ds.num_nodes, ds.num_edges, 4 * (ds.feature_dim if link is None else 2 * link["embeddings"]),
-                       cap_bytes)
+    row_bytes = 4 * (ds.feature_dim if link is None else 2 * link["embeddings"])
+    plan = buffer_of(ds.num_nodes, ds.num_edges, row_bytes, cap_bytes, *buffer) if buffer else \
+        buffer_plan(ds.num_nodes, ds.num_edges, row_bytes, cap_bytes)
     ids, id_name = id_dtype(ds.num_nodes)
     splits = {name: ds.split(name) for name in SPLIT_FILES}
     if link is None and len(splits["train"]) == 0:

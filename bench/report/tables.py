@@ -20,13 +20,15 @@ LABELS = {
     "dgl_memory": "DGL GraphBolt, features in RAM, uncapped",
     "dgl_ondisk": "DGL GraphBolt on disk (`in_memory: false`), capped, cold",
     "marius": "MariusGNN (installed), capped, cold",
+    "marius_at_target": "MariusGNN, the smallest buffer reaching diskgnn's val accuracy, capped, cold",
     "ginex": "Ginex (installed), capped, cold",
 }
 SHORT = {"diskgnn_all_cached": "diskgnn all in RAM", "pyg_memory": "PyG in memory", "diskgnn": "diskgnn capped",
          "pyg_memmap_default": "PyG+memmap", "pyg_memmap_random": "PyG+memmap+RANDOM",
          "naive_default": "naive memmap", "naive_random": "naive memmap+RANDOM",
          "diskgnn_cuda_all_cached": "diskgnn GPU all in RAM", "diskgnn_cuda": "diskgnn GPU capped",
-         "dgl_memory": "DGL in memory", "dgl_ondisk": "DGL on disk", "marius": "MariusGNN", "ginex": "Ginex"}
+         "dgl_memory": "DGL in memory", "dgl_ondisk": "DGL on disk", "marius": "MariusGNN",
+         "marius_at_target": "MariusGNN at diskgnn's val", "ginex": "Ginex"}
 REPORT_CAP = "2GiB"  # the cap the disk and stage tables show (the headline cap), else the first
 
 
@@ -166,7 +168,8 @@ def peer_table(epoch: dict) -> str:
             continue
         whole = "" if not r.get("extrapolated") else f" (rate from {r['batches_done']:,} of {r['batches']:,} batches)"
         if "neighbour_share" in r:
-            whole += f"; sampled among the buffered partitions: about {r['neighbour_share']:.0%} of the neighbours"
+            whole += (f"; {r['buffer'][0]} of {r['buffer'][1]} partitions buffered" if "buffer" in r else "") + \
+                f"; sampled among the buffered partitions: about {r['neighbour_share']:.0%} of the neighbours"
         acc = f"{100 * r['test_acc']:.2f} %" if r.get("test_acc") is not None else "—"
         per_epoch = read_per_epoch(r, epoch)
         disk = format_size(int(per_epoch)) if per_epoch is not None else "—"

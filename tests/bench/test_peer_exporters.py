@@ -2,6 +2,7 @@
 graph; atomic output, errors, and runners that say why a peer did not run."""
 
 import json
+import os
 from types import SimpleNamespace
 
 import numpy as np
@@ -428,3 +429,35 @@ def test_ginex_caches_are_planned_from_its_memory_model():
     assert small["sb_size"] < ginex.SB_SIZE  # at 2 GiB the change set of 1,000 batches does not fit beside them
     with pytest.raises(DiskgnnError, match="--cap 1.0 GiB: too small for Ginex, which would need about"):
         ginex.cache_plan(n, f, 1024, [10, 5], 1 << 30)
+
+
+def test_marius_at_target_runs_the_smallest_buffer_that_reaches_diskgnns_val(dataset, tmp_path, monkeypatch):
+    """bench.epoch's fair MariusGNN row, against a stand-in marius_train whose accuracy grows with its buffer
+    (40 % + 5 points a buffered partition): diskgnn's best val 62 % is first reached with 5 partitions."""
+    import sys
+
+    from bench.epoch import installed_peer, marius_at_target
+
+    if os.geteuid() != 0:
+        pytest.skip("the runs go under a cgroup memory cap, which needs root")
+    fake = tmp_path / "bin" / "marius_train"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport sys, yaml\n"
+                    "c = yaml.safe_load(open(sys.argv[1]))['storage']['features']['options']['buffer_capacity']\n"
+                    "print('[04/05/22 18:41:49.100] Start initialization')\n"
+                    "print('[04/05/22 18:41:49.199] Epoch Runtime: 63ms')\n"
+                    "print('[04/05/22 18:41:49.199] Evaluating validation set')\nprint(f'Accuracy: {40 + 5 * c}%')\n"
+                    "print('[04/05/22 18:41:49.213] Evaluating test set')\nprint(f'Accuracy: {41 + 5 * c}%')\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
+    args = SimpleNamespace(fanouts="4,3", batch_size=16, epochs=1, hidden=8, batches=0, loop_timeout=60.0)
+    planned = installed_peer("marius", dataset, tmp_path, args, "1GiB", 60.0)
+    if "error" in planned and "cannot apply the memory cap" in str(planned.get("row", {}).get("why")):
+        pytest.skip(f"no memory cgroup here: {planned['row']['why']}")
+    assert planned["buffer"] == [15, 16] and planned["val_acc_per_epoch"] == [pytest.approx(1.15)]
+    row = marius_at_target(dataset, tmp_path, args, "1GiB", {"val_acc_per_epoch": [0.55, 0.62]}, planned)
+    assert row["buffer"] == [5, 16] and row["target_val_acc"] == 0.62
+    assert row["val_acc_per_epoch"] == [pytest.approx(0.65)] and row["test_acc"] == pytest.approx(0.66)
+    assert row["wall_s_at_val"] == [0.113] and row["neighbour_share"] == 5 / 16
+    missed = marius_at_target(dataset, tmp_path, args, "1GiB", {"val_acc_per_epoch": [1.2]}, planned)
+    assert missed["error"].startswith("MariusGNN reached no val accuracy of 1.2000 (diskgnn's best)")
