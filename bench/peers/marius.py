@@ -292,6 +292,12 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
         buffer_plan(ds.num_nodes, ds.num_edges, row_bytes, cap_bytes)
     ids, id_name = id_dtype(ds.num_nodes)
     splits = {name: ds.split(name) for name in SPLIT_FILES}
+    # MariusGNN's buffered evaluation reads its node list with the train split's length (dataloader.cpp
+    # setBufferOrdering: train_nodes->range(0, nodes->getDim0())), so a longer val or test split crashes it
+    # (W1's 800,801 val nodes against 800,624 train): an evenly spread subset of at most that many is exported.
+    for name in ("val", "test"):
+        step = -(-len(splits[name]) // max(1, len(splits["train"])))
+        splits[name] = splits[name][::step] if step > 1 else splits[name]
     if link is None and len(splits["train"]) == 0:
         raise DiskgnnError(f"{ds.file_path('train_idx')}: no training nodes; MariusGNN would have nothing to train")
     parts, rows = plan["num_partitions"], plan["partition_rows"]
