@@ -310,8 +310,3 @@ class EmbeddingTable:
         self.reader.close()
         self.journal.close()
         os.close(self.fd)
-
-    def memory_bytes(self) -> int:
-        """Host memory it holds: the hot rows, the per-node tables, the queued batches."""
-        queued = sum(r.nbytes + i.nbytes for i, r in self._queued.values())
-        return int(self.hot.numel() * 4 + self.num_nodes * (1 + 4 + 8) + queued)

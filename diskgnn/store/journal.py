@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from ..data.files import guard_io, temp_path
+from ..data.files import guard_io, write_atomic
 from ..errors import DiskgnnError
 
 MAGIC = b"DGNNUNDO"
@@ -40,15 +40,7 @@ class UndoJournal:
     def start(self, generation: int) -> None:
         """An empty journal undoing to `generation` (a checkpoint's), in place of the old one, atomically."""
         self.close()
-        tmp = temp_path(self.path)
-
-        def write():
-            with open(tmp, "wb") as f:
-                f.write(_HEAD.pack(MAGIC, generation, self.row_bytes))
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-        guard_io(self.path, write)
+        write_atomic(self.path, _HEAD.pack(MAGIC, generation, self.row_bytes))
         # unbuffered: a write the full disk refused leaves nothing behind to fail again at close
         self._f = guard_io(self.path, lambda: open(self.path, "ab", buffering=0))
 
