@@ -116,28 +116,38 @@ def dgl(name: str, mode: str, data: Path, work: Path, args, cap: int | None, **k
     return {**loop(name, argv, progress, data, args, cap, epochs=args.epochs, **kw), "conversion_s": conversion}
 
 
-def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeout: float | None,
-                   buffer: tuple[int, int] | None = None) -> dict:
-    """MariusGNN or Ginex from the user's own installation, on W1 exported for this cap (MariusGNN: with
-    `buffer` (partitions, capacity) instead of its plan's, where given); without one, a row saying how to point
-    the bench at it."""
+def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeout: float | None) -> dict:
+    """MariusGNN or Ginex from the user's own installation, on W1 exported for this cap; without one, a row
+    saying how to point the bench at it."""
     from .peers import ginex, marius
-    from .peers.common import read_export_info
 
     peer = {"marius": marius, "ginex": ginex}[name]
     ok, why = peer.installed()
     if not ok:
         return {"error": why, "not_installed": True}
     out = work / f"{name}-{cap_text}"
+    try:
+        return peer_row(name, out, data, args, export_peer(peer, data, out, args, cap_text), timeout)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # a full copy of the features: gigabytes on W1
+
+
+def export_peer(peer, data: Path, out: Path, args, cap_text: str) -> float:
+    """Exports the run's dataset for a peer at this cap; the seconds it took."""
     t0 = time.perf_counter()
     peer.export(data, out, cap=cap_text, fanouts=[int(f) for f in args.fanouts.split(",")],
-                batch_size=args.batch_size, epochs=args.epochs, hidden=args.hidden, overwrite=True,
-                **({"buffer": buffer} if buffer else {}))
-    export_s = time.perf_counter() - t0
+                batch_size=args.batch_size, epochs=args.epochs, hidden=args.hidden, overwrite=True)
+    return time.perf_counter() - t0
+
+
+def peer_row(name: str, out: Path, data: Path, args, export_s: float, timeout: float | None) -> dict:
+    """Runs the peer of an export (the page cache dropped first) and makes its row."""
+    from .peers import ginex, marius
+    from .peers.common import read_export_info
+
     drop_caches()
-    row = peer.run(out, timeout=timeout)
+    row = {"marius": marius, "ginex": ginex}[name].run(out, timeout=timeout)
     plan = read_export_info(out)["options"].get("buffer_plan", {})
-    shutil.rmtree(out, ignore_errors=True)  # a full copy of the features: gigabytes on W1
     if row["status"] != "ok" or not row.get("epoch_times_s"):
         return {"error": f"{name}: {row['status']}: {row.get('why', '')}", "row": row}
     times = row["epoch_times_s"]
@@ -153,7 +163,10 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
 
 def marius_at_target(data: Path, work: Path, args, cap_text: str, diskgnn: dict, planned: dict) -> dict:
     """The fair MariusGNN row: the smallest buffer (of its planned partitions, up to the planned capacity, the
-    most its memory model lets the cap hold) whose best validation accuracy reaches diskgnn's best."""
+    most its memory model lets the cap hold) whose best validation accuracy reaches diskgnn's best. The smaller
+    buffers share one export: only the config's buffer capacity differs (marius.set_buffer)."""
+    from .peers import marius
+
     if not diskgnn.get("val_acc_per_epoch"):
         return {"error": "diskgnn has no validation accuracy to reach (--eval-batches 0?)"}
     if "buffer" not in planned:  # not installed (the row says how to fix that), or its run failed
@@ -162,11 +175,19 @@ def marius_at_target(data: Path, work: Path, args, cap_text: str, diskgnn: dict,
     target, (most, partitions) = max(diskgnn["val_acc_per_epoch"]), planned["buffer"]
     # Where the largest buffer the cap holds falls short, the smaller ones (seeing fewer neighbours) are not run.
     reached = max(planned.get("val_acc_per_epoch") or [-1.0]) >= target
-    for capacity in range(2, most + 1) if reached else ():
-        row = planned if capacity == most else installed_peer("marius", data, work, args, cap_text,
-                                                              args.loop_timeout, buffer=(partitions, capacity))
-        if max(row.get("val_acc_per_epoch") or [-1.0]) >= target:
-            return {**row, "target_val_acc": target}
+    out, export_s = work / f"marius-{cap_text}-smaller", None
+    try:
+        for capacity in range(2, most + 1) if reached else ():
+            if capacity == most:
+                row = planned
+            else:
+                export_s = export_s if export_s is not None else export_peer(marius, data, out, args, cap_text)
+                marius.set_buffer(out, capacity)
+                row = peer_row("marius", out, data, args, export_s, args.loop_timeout)
+            if max(row.get("val_acc_per_epoch") or [-1.0]) >= target:
+                return {**row, "target_val_acc": target}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
     return {"error": f"MariusGNN reached no val accuracy of {target:.4f} (diskgnn's best) even with {most} of "
                      f"{partitions} partitions buffered, the most the cap holds"}
 

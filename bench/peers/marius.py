@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import os
 import re
 import shutil
@@ -271,13 +272,11 @@ def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_
 
 
 def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1, hidden=256, lr=0.003,
-           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None,
-           buffer: tuple[int, int] | None = None) -> dict:
+           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None) -> dict:
     """Writes dataset `data` to directory `out` in MariusGNN's layout with its training config; returns
     the export's description (also written to out/diskgnn-export.json). `link` (embeddings, embedding_lr,
     negatives, chunks, degree_fraction, eval_negatives, loss: diskgnn.train's options of those names) makes
-    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone);
-    `buffer` (partitions, capacity) replaces the plan's (bench.epoch tries smaller ones)."""
+    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone)."""
     ds = open_dataset(data)
     budget = budget_bytes(memory_budget)
     cap_bytes = parse_size(cap)
@@ -288,8 +287,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
         raise DiskgnnError(f"{data}: link prediction needs held-out edges: prepare it with --edge-split")
     # The buffer holds a table's rows: features, or (link) embeddings and their Adagrad state, per element.
     row_bytes = 4 * (ds.feature_dim if link is None else 2 * link["embeddings"])
-    plan = buffer_of(ds.num_nodes, ds.num_edges, row_bytes, cap_bytes, *buffer) if buffer else \
-        buffer_plan(ds.num_nodes, ds.num_edges, row_bytes, cap_bytes)
+    plan = buffer_plan(ds.num_nodes, ds.num_edges, row_bytes, cap_bytes)
     ids, id_name = id_dtype(ds.num_nodes)
     splits = {name: ds.split(name) for name in SPLIT_FILES}
     # MariusGNN's buffered evaluation reads its node list with the train split's length (dataloader.cpp
@@ -337,6 +335,24 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
         write_export_info(st.path(EXPORT_INFO), ds, "marius", options)
         st.commit()
     return {"peer": "marius", "out": str(final), "config": str(final / CONFIG), **options}
+
+
+def set_buffer(out, capacity: int) -> None:
+    """An export's config and description with `capacity` of its partitions buffered instead of its plan's
+    (bench.epoch tries smaller buffers on one export: the files do not depend on the capacity)."""
+    out = Path(out)
+    info = read_export_info(out)
+    plan = info["options"]["buffer_plan"]
+    stats = yaml.safe_load((out / "dataset.yaml").read_text())
+    info["options"]["buffer_plan"] = buffer_of(stats["num_nodes"], stats["num_edges"],
+                                               plan["partition_bytes"] // plan["partition_rows"], plan["cap_bytes"],
+                                               plan["num_partitions"], capacity)
+    config = yaml.safe_load((out / CONFIG).read_text())
+    for key in ("features", "embeddings"):
+        if key in config["storage"]:
+            config["storage"][key]["options"]["buffer_capacity"] = capacity
+    write_text(out / CONFIG, yaml.safe_dump(config, sort_keys=False))
+    write_text(out / EXPORT_INFO, json.dumps(info, indent=2, sort_keys=True) + "\n")
 
 
 def executable() -> str | None:
