@@ -126,13 +126,14 @@ class OfflineEpochs:
         ds = self.dataset
         return LinkEpoch(ds.indptr, ds.indices, self.spec.link, seed=self.spec.seed, epoch=epoch)
 
-    def plan_placement(self, budgets: list[tuple[str, int]]) -> Placement:
-        """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget)."""
+    def plan_placement(self, budgets: list[tuple[str, int]], keep_counts: bool = False) -> Placement:
+        """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget); `keep_counts`: its
+        access counts stay as `counts0` (learnable embeddings place their hot rows from them too)."""
         self._samples0 = self.sample(0)
         start = time.perf_counter()
         counts = access_counts([self.rows(self._samples0)], self.dataset.num_nodes)
         self.placement = place(counts, self.source.row_bytes, budgets)
-        self.counts0 = counts  # also places learnable embeddings' hot rows (train/run.py)
+        self.counts0 = counts if keep_counts else None
         self.phases["placement_s"] += time.perf_counter() - start
         return self.placement
 

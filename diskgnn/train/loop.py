@@ -108,8 +108,8 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     data = run.loader
     ds = data.ds
     torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list), cfg.dropout,
-                cfg.heads)
+    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list),
+                cfg.dropout, cfg.heads)
     if cfg.task == "link":
         model.decoder = Decoder(cfg.decoder, cfg.hidden)  # a submodule: optimised and checkpointed with the GNN
     model = model.to(run.device)
@@ -165,8 +165,8 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             model.load_state_dict(group.broadcast(checkpoints.load("best")["model"] if group.leader else None))
         test = run.evaluate(model, "test")
     finally:
-        if run.embeddings is not None:
-            run.embeddings.close()
+        if table is not None:
+            table.close()
         data.close()
     return _summary(cfg, run, memory, history, best, test, resumed is not None, time.monotonic() - started)
 
