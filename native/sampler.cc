@@ -152,11 +152,12 @@ struct labor_keys {
   double operator()(int64_t t) const { return w1 == 0 ? normal(s0, t) : w0 * normal(s0, t) + w1 * normal(s1, t); }
 };
 
-// LABOR-0 with a fixed fanout: the k neighbours of v with the smallest variates, returned as sorted positions.
-void choose_labor(const CscView& g, int64_t v, int64_t d, int64_t k, const labor_keys& keys,
+// LABOR-0 with a fixed fanout: the k of v's d candidate neighbours (positions cand[j], or j without cand) with
+// the smallest variates, returned as sorted candidate indices.
+void choose_labor(const CscView& g, int64_t v, const int64_t* cand, int64_t d, int64_t k, const labor_keys& keys,
                   std::vector<std::pair<double, int64_t>>& scratch, std::vector<int64_t>& out) {
   scratch.resize(d);
-  for (int64_t j = 0; j < d; ++j) scratch[j] = {keys(g.neighbour(v, j)), j};
+  for (int64_t j = 0; j < d; ++j) scratch[j] = {keys(g.neighbour(v, cand ? cand[j] : j)), j};
   std::nth_element(scratch.begin(), scratch.begin() + k, scratch.end());
   out.resize(k);
   for (int64_t j = 0; j < k; ++j) out[j] = scratch[j].second;
@@ -183,7 +184,7 @@ void append(std::vector<uint8_t>& buf, const T* data, size_t count) {
 }
 
 SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds, uint64_t key,
-                        const sampling_options& o, LocalIds& ids) {
+                        const sampling_options& o, uint64_t mask, LocalIds& ids) {
   const std::vector<int64_t>& fanouts = o.fanouts;
   Rng rng(o.seed, key);
   const size_t layers = fanouts.size();
@@ -196,8 +197,9 @@ SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds,
   }
   std::vector<int64_t> counts{n_seeds};
   std::vector<std::vector<int32_t>> indptrs(layers), indices(layers);
-  std::vector<int64_t> picks;
+  std::vector<int64_t> picks, allowed;
   std::vector<std::pair<double, int64_t>> scratch;
+  const bool restricted = o.partition_rows > 0 && mask != ~0ULL;
   for (size_t h = 0; h < layers; ++h) {
     const labor_keys keys(o, key, h);
     const int64_t n_dst = static_cast<int64_t>(nodes.size());
@@ -207,18 +209,27 @@ SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds,
     ptr.push_back(0);
     for (int64_t i = 0; i < n_dst; ++i) {
       const int64_t v = nodes[i];
-      const int64_t d = g.degree(v);
+      int64_t d = g.degree(v);
+      const int64_t* cand = nullptr;  // restricted: the positions of v's neighbours in the mask's partitions
+      if (restricted) {
+        allowed.clear();
+        for (int64_t j = 0; j < d; ++j) {
+          if (mask >> (g.neighbour(v, j) / o.partition_rows) & 1) allowed.push_back(j);
+        }
+        cand = allowed.data();
+        d = static_cast<int64_t>(allowed.size());
+      }
       const int64_t k = fanouts[h] < 0 ? d : std::min<int64_t>(fanouts[h], d);
       if (k == d) {
         picks.resize(d);
         for (int64_t j = 0; j < d; ++j) picks[j] = j;
       } else if (o.labor) {
-        choose_labor(g, v, d, k, keys, scratch, picks);
+        choose_labor(g, v, cand, d, k, keys, scratch, picks);
       } else {
         choose(rng, d, k, picks);
       }
       for (int64_t j : picks) {
-        const int64_t u = g.neighbour(v, j);
+        const int64_t u = g.neighbour(v, cand ? cand[j] : j);
         bool inserted;
         int32_t local = ids.find_or_insert(u, static_cast<int32_t>(nodes.size()), &inserted);
         if (inserted) nodes.push_back(u);
@@ -284,6 +295,13 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
   if (options.batch_dependency < 1) throw std::invalid_argument("batch_dependency must be at least 1");
   const size_t batches = batch_keys.size();
   if (batch_offsets.size() != batches + 1) throw std::invalid_argument("need one offset per batch plus one");
+  if (!options.batch_masks.empty() && options.batch_masks.size() != batches) {
+    throw std::invalid_argument("need one partition mask per batch");
+  }
+  if (!options.batch_masks.empty() && (options.partition_rows < 1 ||
+                                       (graph.num_nodes() - 1) / options.partition_rows >= 64)) {
+    throw std::invalid_argument("partition masks need 1 to 64 partitions of partition_rows >= 1 nodes");
+  }
   for (size_t b = 0; b < batches; ++b) {
     for (int64_t i = batch_offsets[b]; i < batch_offsets[b + 1]; ++i) {
       if (seeds[i] < 0 || seeds[i] >= graph.num_nodes()) {
@@ -300,7 +318,8 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
     for (size_t b = t; b < batches; b += threads) {
       try {
         out[b] = sample_one(graph, seeds + batch_offsets[b], batch_offsets[b + 1] - batch_offsets[b],
-                            batch_keys[b], options, ids);
+                            batch_keys[b], options, options.batch_masks.empty() ? ~0ULL : options.batch_masks[b],
+                            ids);
       } catch (const std::exception& e) {
         errors[b] = e.what();
       }

@@ -62,6 +62,11 @@ struct sampling_options {
   /// LABOR, κ: the variates of consecutive steps drift from one window's to the
   /// next's and are renewed every κ steps; 1 makes batches independent.
   uint64_t batch_dependency = 1;
+  /// Partitioned epochs (MariusGNN's buffer): node v is in partition v / partition_rows, and batch b samples
+  /// only in-neighbours whose partition's bit is set in batch_masks[b] (the partitions in memory for it).
+  /// 0, or no masks: every neighbour.
+  int64_t partition_rows = 0;
+  std::vector<uint64_t> batch_masks;
 };
 
 /// @brief LABOR's variate r_t of vertices `ids` at `step` and `hop`: uniform in
@@ -77,7 +82,8 @@ std::vector<double> labor_variates(const sampling_options& options, uint64_t ste
 /// @param batch_offsets batch b's seeds are seeds[batch_offsets[b] : batch_offsets[b+1]].
 /// @param batch_keys per batch: uniform sampling, the key of its random stream;
 ///        LABOR, its step (consecutive steps share variates under batch dependency).
-/// @return one record per batch, in batch order.
+/// @return one record per batch, in batch order. With options.batch_masks, one mask per batch, and a batch's
+///         fanout counts the neighbours its mask allows.
 std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* seeds,
                                          const std::vector<int64_t>& batch_offsets,
                                          const std::vector<uint64_t>& batch_keys, const sampling_options& options,
