@@ -36,6 +36,7 @@ from ..data.features import FeatureSource
 from ..data.format import Dataset
 from .link_batches import LinkEpoch, LinkSpec
 from .pack import PackFile, pack_counts, pack_epoch
+from .partitions import EdgeBuckets
 from .placement import Placement, access_counts, place
 from .sample import NEIGHBOR, Sampler, SampleFile, batch_order, read_topology_ahead, sample_epoch
 
@@ -57,7 +58,8 @@ class EpochSpec:
     rank's (`eval_shard`: rank, world), so that their sums over the ranks are one process's evaluation; `hag`:
     a HagBuilder whose HAGs every sample file stores (loading/hag.py); `read_ahead`: the topology read into the
     page cache before each sampling pass; `link`: --task link's batching, whose batches' seeds are their
-    edges' endpoints and negatives (link_batches.LinkEpoch)."""
+    edges' endpoints and negatives (link_batches.LinkEpoch); `partitions`: (P, buffer capacity) of a partitioned
+    link epoch (--embedding-partitions, offline/partitions.py)."""
 
     fanouts: tuple[int, ...]
     batch_size: int
@@ -77,6 +79,7 @@ class EpochSpec:
     eval_shard: tuple[int, int] = (0, 1)
     hag: object = None
     link: LinkSpec | None = None
+    partitions: tuple[int, int] | None = None
 
 
 class OfflineEpochs:
@@ -97,6 +100,7 @@ class OfflineEpochs:
         self._samples0: SampleFile | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        self._buckets: EdgeBuckets | None = None
 
     def _sample(self, out_name: str, **kwargs) -> SampleFile:
         start = time.perf_counter()
@@ -117,14 +121,20 @@ class OfflineEpochs:
         return self.phases["read_ahead_s"] + self.phases["sampling_s"]
 
     def sample(self, epoch: int) -> SampleFile:
+        link = None if self.spec.link is None else self.link_batches(epoch)
         return self._sample(f"epoch-{epoch:05d}.samples", fanouts=list(self.spec.fanouts), epoch=epoch,
                             max_batches=self.max_batches, shard=self.spec.shard,
-                            batches=None if self.spec.link is None else self.link_batches(epoch).seeds())
+                            batches=None if link is None else link.seeds(), masks=None if link is None else link.masks())
 
     def link_batches(self, epoch: int) -> LinkEpoch:
         """--task link: the epoch's batches (their seeds are what sample() samples, each computed when asked)."""
-        ds = self.dataset
-        return LinkEpoch(ds.indptr, ds.indices, self.spec.link, seed=self.spec.seed, epoch=epoch)
+        ds, spec = self.dataset, self.spec
+        if spec.partitions is not None and self._buckets is None:
+            start = time.perf_counter()
+            self._buckets = EdgeBuckets(ds.indptr, ds.indices, spec.partitions[0], self.dir / "edge-buckets.bin")
+            self.phases["buckets_s"] = time.perf_counter() - start
+        return LinkEpoch(ds.indptr, ds.indices, spec.link, seed=spec.seed, epoch=epoch, buckets=self._buckets,
+                         capacity=0 if spec.partitions is None else spec.partitions[1])
 
     def plan_placement(self, budgets: list[tuple[str, int]], keep_counts: bool = False) -> Placement:
         """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget); `keep_counts`: its

@@ -9,6 +9,10 @@ offline sampler, the trainer and a peer given the same seed compute the same bat
 edges are the graph's (prepare --edge-split keeps the held-out ones out of it): where it is stored
 undirected, each pair is a positive twice, once each way. Self-loops are no positives; a batch drops them, so
 it may hold fewer than `batch_size` edges.
+
+With EdgeBuckets (--embedding-partitions, offline/partitions.py) the epoch is its buffer states in turn, each
+state's edges in their own keyed order, batches never crossing a state; a batch's negatives are its state's
+nodes and it carries the state's partitions (the sampler's mask, the embedding table's buffer).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from ..hashing import Bijection
 from .negatives import chunk_negatives
+from .partitions import EdgeBuckets, buffer_nodes, epoch_states, state_node_count, state_positions
 
 
 @dataclass
@@ -28,6 +33,7 @@ class LinkBatch:
     chunk_of: np.ndarray  # int64 [E], non-decreasing: each edge's chunk
     negatives: np.ndarray  # int64 [C, K] global ids, shared by a chunk's edges
     seeds: np.ndarray  # int64, sorted and unique: every node above
+    partitions: tuple[int, ...] | None = None  # a partitioned epoch's: the buffer state it trains in
 
     def local(self, ids: np.ndarray) -> np.ndarray:
         """Positions of global `ids` (all among the seeds) in `seeds`."""
@@ -52,14 +58,21 @@ class LinkEpoch:
     """An epoch's train batches (`LinkEpoch(indptr, indices, spec, seed=, epoch=)`), or a split's held-out
     edges in eval batches (`LinkEpoch.held_out`): a sequence of LinkBatch."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, spec: LinkSpec, *, seed: int, epoch: int):
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, spec: LinkSpec, *, seed: int, epoch: int,
+                 buckets: EdgeBuckets | None = None, capacity: int = 0):
         self.indptr, self.indices, self.spec = indptr, indices, spec
         self.num_nodes = len(indptr) - 1
         self.num_edges = int(indptr[-1])
         self.keys = (seed, 23, epoch)
-        self.held = None
+        self.held, self.buckets = None, buckets
         keys = np.random.default_rng([seed, 19, epoch]).integers(0, 2**63, Bijection.ROUNDS)
         self.order = Bijection(max(1, self.num_edges), keys)
+        if buckets is not None:
+            self.states = epoch_states(buckets, capacity, seed=seed, epoch=epoch)
+            per_state = [-(-st.num_edges // spec.batch_size) for st in self.states]
+            self.first_batch = np.concatenate([[0], np.cumsum(per_state)]).astype(np.int64)
+            self.orders = [Bijection(st.num_edges, np.random.default_rng([seed, 37, epoch, s]).integers(
+                0, 2**63, Bijection.ROUNDS)) for s, st in enumerate(self.states)]
 
     @classmethod
     def held_out(cls, edges: np.ndarray, indptr: np.ndarray, indices: np.ndarray, *, negatives: int,
@@ -74,13 +87,29 @@ class LinkEpoch:
         return self
 
     def __len__(self) -> int:
+        if self.held is None and self.buckets is not None:
+            return int(self.first_batch[-1])
         return -(-self.num_edges // self.spec.batch_size)
 
-    def _edges(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    def state_of(self, b: int) -> int:
+        """A partitioned epoch's batch b's buffer state (an index into `states`)."""
+        return int(np.searchsorted(self.first_batch, b, side="right") - 1)
+
+    def _positions(self, b: int) -> np.ndarray:
+        size = self.spec.batch_size
+        if self.buckets is None:
+            return self.order(np.arange(b * size, min(self.num_edges, (b + 1) * size)))
+        s = self.state_of(b)
+        state, first = self.states[s], (b - int(self.first_batch[s])) * size
+        return state_positions(self.buckets, state, self.orders[s](np.arange(first, min(state.num_edges,
+                                                                                      first + size))))
+
+    def _edges(self, b: int) -> tuple[np.ndarray, np.ndarray]:
         if self.held is not None:
-            rows = np.array(self.held[first:stop], dtype=np.int64)  # a copy: torch wants writable arrays
-            return rows[:, 0], rows[:, 1]
-        positions = self.order(np.arange(first, stop))
+            first = b * self.spec.batch_size
+            rows = np.array(self.held[first: first + self.spec.batch_size], dtype=np.int64)  # a copy: torch
+            return rows[:, 0], rows[:, 1]  # wants writable arrays
+        positions = self._positions(b)
         by_position = np.argsort(positions)  # memory maps read in order
         src, dst = np.empty_like(positions), np.empty_like(positions)
         sorted_positions = positions[by_position]
@@ -92,18 +121,42 @@ class LinkEpoch:
     def __getitem__(self, b: int) -> LinkBatch:
         if not 0 <= b < len(self):
             raise IndexError(f"batch {b} of {len(self)}")
-        first = b * self.spec.batch_size
-        src, dst = self._edges(first, min(self.num_edges, first + self.spec.batch_size))
+        src, dst = self._edges(b)
         rng = np.random.default_rng([*self.keys, b])
-        chunk_of, negatives = chunk_negatives(rng, src.size, chunks=self.spec.chunks,
-                                              per_chunk=self.spec.negatives, num_nodes=self.num_nodes,
-                                              indices=self.indices, degree_fraction=self.spec.degree_fraction)
+        draw = {"num_nodes": self.num_nodes, "indices": self.indices}
+        state = None
+        if self.held is None and self.buckets is not None:
+            state, rows = self.states[self.state_of(b)], self.buckets.rows
+            draw = {"num_nodes": state_node_count(state, rows, self.num_nodes), "indices": _StateSources(self, state),
+                    "to_node": lambda d: buffer_nodes(state, rows, self.num_nodes, d)}
+        chunk_of, negatives = chunk_negatives(rng, src.size, chunks=self.spec.chunks, per_chunk=self.spec.negatives,
+                                              degree_fraction=self.spec.degree_fraction, **draw)
         seeds = np.unique(np.concatenate([src, dst, negatives.ravel()]))
-        return LinkBatch(src, dst, chunk_of, negatives, seeds)
+        return LinkBatch(src, dst, chunk_of, negatives, seeds, None if state is None else state.partitions)
 
     def seeds(self) -> "_Seeds":
         """The batches' seed nodes as a sequence (sample_epoch's `batches`), each computed when asked for."""
         return _Seeds(self)
+
+    def masks(self) -> tuple[int, list[int]] | None:
+        """A partitioned epoch's (partition rows, each batch's mask of buffered partitions) for the sampler."""
+        if self.held is not None or self.buckets is None:
+            return None
+        per_state = np.diff(self.first_batch)
+        return self.buckets.rows, [st.mask for st, n in zip(self.states, per_state.tolist()) for _ in range(n)]
+
+
+class _StateSources:
+    """The sources of a buffer state's edges as a sequence (degree-drawn negatives among the buffered nodes)."""
+
+    def __init__(self, epoch: LinkEpoch, state):
+        self.epoch, self.state = epoch, state
+
+    def __len__(self) -> int:
+        return self.state.num_edges
+
+    def __getitem__(self, picks: np.ndarray) -> np.ndarray:
+        return np.asarray(self.epoch.indices[state_positions(self.epoch.buckets, self.state, picks)], np.int64)
 
 
 class _Seeds:

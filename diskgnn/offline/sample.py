@@ -211,11 +211,12 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
                  max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
                  shard: tuple[int, int] = (0, 1), every_batch: bool = False, hag=None,
-                 batches=None) -> SampleFile:
+                 batches=None, masks: tuple[int, list[int]] | None = None) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
     `batches` instead: a sequence of each batch's seed array, read a group at a time (link batches, whose
-    seeds are their edges' endpoints and negatives: LinkEpoch.seeds()).
+    seeds are their edges' endpoints and negatives: LinkEpoch.seeds()). `masks`: (partition rows, each
+    batch's mask of the partitions whose nodes it may sample: a partitioned link epoch's LinkEpoch.masks()).
 
     `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
     each sampled as the whole epoch's would be. `max_batches` then keeps the
@@ -268,8 +269,11 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                 seen_seeds += flat.size
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
                 keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]
+                restrict = {} if masks is None else {
+                    "partition_rows": masks[0],
+                    "batch_masks": [masks[1][int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]}
                 records = with_hags(searchers, _native.sample_batches(graph, flat, bounds, keys, fanouts, seed,
-                                                                      threads, **sampler.native()))
+                                                                      threads, **sampler.native(), **restrict))
                 if written is not None:
                     written.result()  # one group in flight: its records are the memory this holds
                 written = writer.submit(write, f, records)
@@ -292,6 +296,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "num_batches": len(index), "num_seeds": seen_seeds, "shard": list(shard),
         "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
         "hag": {"mode": hag.mode if hag is not None else "off"},
+        "partition_rows": None if masks is None else masks[0],
     }
     meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)
     os.replace(tmp, out_path)
