@@ -7,7 +7,9 @@ row, as torch.optim.SparseAdam, whose operations it repeats). Records are served
 newest first:
 
 - the hot rows, held in memory for the run: the rows the known future reads most (the access counts of
-  epoch 0's offline samples, as for the feature tiers), updated in memory and written at checkpoints;
+  epoch 0's offline samples, as for the feature tiers), updated in memory and written at checkpoints; or,
+  partitioned (`use_partitions`: MariusGNN's buffer, offline/partitions.py), the rows of the partitions the
+  current buffer state holds, each partition read whole when it enters and written back when it leaves;
 - rows waiting to be written: a batch's updated cold rows, queued to the writer thread, read from the
   queue until their write is done (so a batch never reads an older copy than the step before wrote);
 - the table file, read through the page cache (the writes go there, and O_DIRECT reads would each wait
@@ -50,6 +52,20 @@ FLUSH_BYTES = 16 << 20  # dirty hot rows written (and their pre-images journaled
 def state_width(dim: int, optimizer: str) -> int:
     """float32 values of optimizer state per row (none without a table)."""
     return 0 if dim == 0 else 1 if optimizer == "adagrad" else 2 * dim
+
+
+def row_bytes(dim: int, optimizer: str) -> int:
+    """A record's bytes: its values and optimizer state."""
+    return 4 * (dim + state_width(dim, optimizer))
+
+
+def working_bytes(num_nodes: int, dim: int, optimizer: str, rows: int) -> int:
+    """The table's memory besides its hot rows or buffer: per node a slot, a queue mark and a journal bit; a
+    batch's records, values, gradient and input, and the writer's queued batches and pre-images (`rows`: a
+    batch's input rows at most)."""
+    if not dim:
+        return 0
+    return num_nodes * 13 + (WRITE_QUEUE + 5) * rows * (row_bytes(dim, optimizer) + 8)
 
 
 def init_rows(seed: int, first: int, count: int, dim: int, state: int = 1) -> np.ndarray:
@@ -97,7 +113,7 @@ class EmbeddingTable:
         """`steps`: the optimizer steps taken so far (a checkpoint's; Adam's bias correction counts them)."""
         self.dir, self.num_nodes, self.dim, self.lr = Path(directory), num_nodes, dim, lr
         self.optimizer, self.steps, self.state = optimizer, steps, state_width(dim, optimizer)
-        self.row_bytes = 4 * (dim + self.state)
+        self.row_bytes = row_bytes(dim, optimizer)
         self.path = self.dir / "table.bin"
         meta = {"format": FORMAT, "num_nodes": num_nodes, "dim": dim, "seed": seed, "row_bytes": self.row_bytes,
                 "optimizer": optimizer}
@@ -112,7 +128,8 @@ class EmbeddingTable:
         # Page-cache reads (direct=False): see the module's docstring.
         self.reader = FileReader(self.path, "pread", direct=False)
         self.stats = {"rows_hot": 0, "rows_queued": 0, "rows_disk": 0, "bytes_read": 0, "bytes_written": 0,
-                      "journal_bytes": 0, "rows_rolled_back": 0, "write_s": 0.0, "write_wait_s": 0.0}
+                      "journal_bytes": 0, "rows_rolled_back": 0, "write_s": 0.0, "write_wait_s": 0.0,
+                      "partitions_read": 0, "partitions_written": 0, "buffer_s": 0.0}
         self.logged = np.zeros(num_nodes, bool)  # rows whose pre-image this interval's journal holds
         self.generation = generation
         self._recover(generation)
@@ -121,6 +138,7 @@ class EmbeddingTable:
         self.hot = torch.zeros((0, dim + self.state))
         self.hot_ids = np.zeros(0, np.int64)
         self.hot_dirty = np.zeros(0, bool)
+        self.part_rows, self.held = 0, []  # partitioned: rows a partition, the partition in each buffer block
         self.queued_at = np.full(num_nodes, -1, np.int64)  # row -> the last queued batch holding it
         self._queued: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._lock = threading.Lock()
@@ -192,17 +210,25 @@ class EmbeddingTable:
             self.stats["bytes_read"] += out.nbytes
         return out
 
-    def _write(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Journals the pre-images of rows not yet logged this interval, then writes the rows in place. The rows
-        are read first, all of them, by the reader's parallel reads: their pages are then in the page cache, and
-        each write copies into one instead of waiting for its page to be read (measured on a 9M-row table
-        under a 1 GiB cap: 3 s a batch of 25k rows, every one a synchronous page read)."""
-        current = self._read(ids)
+    def _log(self, ids: np.ndarray, current: np.ndarray) -> None:
+        """Journals the rows' pre-images (`current`: their bytes on disk) not yet logged this interval."""
         fresh = ~self.logged[ids]
         if fresh.any():
-            self.journal.append(ids[fresh], current[fresh])
+            self.journal.append(ids[fresh], current if fresh.all() else current[fresh])
             self.stats["journal_bytes"] += int(fresh.sum()) * (8 + self.row_bytes)
             self.logged[ids[fresh]] = True
+
+    def _write(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Journals the pre-images of rows not yet logged this interval, then writes the rows in place. Row by row,
+        the rows are read first, all of them, by the reader's parallel reads: their pages are then in the page
+        cache, and each write copies into one instead of waiting for its page to be read (measured on a 9M-row
+        table under a 1 GiB cap: 3 s a batch of 25k rows, every one a synchronous page read). A partition's
+        rows, consecutive, are written whole pages: only the unlogged ones are read."""
+        if self.part_rows:
+            fresh = ids[~self.logged[ids]]
+            self._log(fresh, self._read(fresh))
+        else:
+            self._log(ids, self._read(ids))
         self._pwrite(ids, rows)
 
     def _write_loop(self) -> None:
@@ -235,6 +261,66 @@ class EmbeddingTable:
         self.stats["rows_disk"] -= int(hot_ids.size)  # the rows_ counts are the batches' (bytes_read counts these)
         self.hot_ids, self.hot_dirty = hot_ids, np.zeros(hot_ids.size, bool)
         self.slot[hot_ids] = np.arange(hot_ids.size, dtype=np.int32)
+
+    def use_partitions(self, rows: int, capacity: int) -> None:
+        """Partitioned from now on (once, before training): a buffer of `capacity` partitions of `rows` rows,
+        filled by `hold`."""
+        self.part_rows, self.held = rows, [-1] * capacity
+        self.hot = torch.zeros((capacity * rows, self.dim + self.state))
+        self.hot_ids = np.full(capacity * rows, -1, np.int64)
+        self.hot_dirty = np.zeros(capacity * rows, bool)
+
+    def hold(self, partitions) -> None:
+        """Makes the buffer hold `partitions` (at most its capacity): each one it lacks takes the block of one it
+        holds but is not asked for, whose dirty rows are written back first, then is read whole, its rows'
+        pre-images journaled as they arrive where this interval has not logged them."""
+        wanted = set(partitions)
+        missing = [p for p in partitions if p not in self.held]
+        if not missing:
+            return
+        start = time.perf_counter()
+        self._todo.join()  # nothing queued is newer than what is read now
+        self._raise_failed()
+        free = [k for k, p in enumerate(self.held) if p not in wanted]
+        for part, block in zip(missing, free):
+            self._evict(block)
+            self._load(part, block)
+        self.stats["buffer_s"] += time.perf_counter() - start
+
+    def _block(self, block: int) -> slice:
+        return slice(block * self.part_rows, (block + 1) * self.part_rows)
+
+    def _evict(self, block: int) -> None:
+        if self.held[block] < 0:
+            return
+        span = self._block(block)
+        ids, dirty = self.hot_ids[span], np.flatnonzero(self.hot_dirty[span])
+        step = max(1, FLUSH_BYTES // self.row_bytes)
+        for part in (dirty[i: i + step] for i in range(0, dirty.size, step)):
+            self._write(ids[part], self.hot[span][torch.from_numpy(part)].numpy())
+        self.stats["partitions_written"] += int(dirty.size > 0)
+        self.slot[ids[ids >= 0]] = -1
+        self.hot_ids[span], self.hot_dirty[span], self.held[block] = -1, False, -1
+
+    def _load(self, part: int, block: int) -> None:
+        first = part * self.part_rows
+        count = max(0, min(self.num_nodes, first + self.part_rows) - first)
+        rows = self.hot.numpy()[self._block(block)][:count]
+        view = rows.view(np.uint8).reshape(-1)
+        step = max(1, FLUSH_BYTES // self.row_bytes)
+        for at in range(0, count, step):  # sequential reads into the buffer itself, pre-images journaled
+            chunk = view[at * self.row_bytes: (at + step) * self.row_bytes]
+            done = guard_io(self.path, lambda: os.preadv(self.fd, [chunk], (first + at) * self.row_bytes))
+            if done != chunk.size:
+                raise DiskgnnError(f"{self.path}: {done} of {chunk.size} bytes read at row {first + at}: the table "
+                                   "is short")
+            self._log(np.arange(first + at, first + at + chunk.size // self.row_bytes), rows[at: at + step])
+        span = self._block(block)
+        self.hot_ids[span.start: span.start + count] = np.arange(first, first + count)
+        self.slot[first: first + count] = np.arange(span.start, span.start + count, dtype=np.int32)
+        self.held[block] = part
+        self.stats["bytes_read"] += view.size
+        self.stats["partitions_read"] += 1
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Records [len(ids), D + state] (values, optimizer state), newest copies; ids unique."""

@@ -147,7 +147,11 @@ class TrainConfig:
         "help": "embeddings: adagrad (row-wise) or adam (lazy, as torch.optim.SparseAdam)", "choices": OPTIMIZERS})
     embedding_lr: float = field(default=0.1, metadata={"help": "embeddings: the optimizer's learning rate"})
     embedding_cache: str = field(default="auto", metadata={
-        "help": "embeddings: memory for their hot rows (auto: half of what the budget leaves after the working set)"})
+        "help": "embeddings: memory for their hot rows, or the partitions' buffer (auto: half of what the budget "
+                "leaves after the working set; partitioned, all of it)"})
+    embedding_partitions: int = field(default=0, metadata={
+        "help": "embeddings, link: MariusGNN's order: the table in P (2-64) partitions, as many as --embedding-cache "
+                "holds in memory at once, each batch's edges, negatives and neighbours among them (0: row by row)"})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -222,8 +226,7 @@ class TrainConfig:
             if choices and value not in choices:
                 raise UsageError(f"--{f.name.replace('_', '-')} {value}: expected one of {', '.join(choices)}"
                                  + closest(str(value), choices))
-        self.checkpoint_interval  # noqa: B018 - refuses a bad value now, not an epoch in
-        self.dist_timeout_s  # noqa: B018
+        self.checkpoint_interval, self.dist_timeout_s  # noqa: B018 - refuses a bad value now, not an epoch in
         if self.distributed != "none" and self.sampling == "online":
             raise UsageError(f"--distributed {self.distributed}: needs --sampling offline or replay (each rank "
                              "trains batches sampled ahead)")
@@ -239,10 +242,8 @@ class TrainConfig:
             raise UsageError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")
         if len(self.eval_fanout_list) != len(fanouts):
             raise UsageError(f"--eval-fanouts {self.eval_fanouts}: needs {len(fanouts)} values, one per layer")
-        for name in ("batch_size", "hidden", "epochs", "heads"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        for name in ("max_batches", "eval_max_batches", "threads", "read_depth"):
+        for name in ("batch_size", "hidden", "epochs", "heads", "max_batches", "eval_max_batches", "threads",
+                     "read_depth"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
         if not 0 <= self.dropout < 1:
@@ -282,6 +283,8 @@ class TrainConfig:
             raise UsageError(f"--embeddings {self.embeddings} --embedding-lr {self.embedding_lr}: a width of at "
                              "least 0 and a positive rate")
         self._only(f"--embeddings {self.embeddings}")
+        if self.embedding_partitions and (self.task != "link" or not 2 <= self.embedding_partitions <= 64):
+            raise UsageError(f"--embedding-partitions {self.embedding_partitions}: 2 to 64, with --task link")
 
     def _only(self, what: str) -> None:
         """Refuses the options `what` is not built for yet (issue 39), rather than running them wrong."""

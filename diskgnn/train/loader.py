@@ -136,7 +136,7 @@ class Loader:
                     (ds.split(split), None)
                 self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
                                                                 cfg.eval_max_batches, batches)
-        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.zero_copy)
+        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.host_gather.zero_copy)
         return plan
 
     def say(self, line: str) -> None:

@@ -207,7 +207,7 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         **({"test_metrics": run.link_metrics.get("test")} if cfg.task == "link" else {}),
         # --embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled
         **({"embeddings": {**run.embeddings.stats, "table_bytes": run.embeddings.table_bytes,
-                           "hot_rows": int(run.embeddings.hot_ids.size)}} if run.embeddings else {}),
+                           "hot_rows": int((run.embeddings.hot_ids >= 0).sum())}} if run.embeddings else {}),
         "versions": versions(),
         "config": cfg.to_dict(),
     }

@@ -1,18 +1,15 @@
 """The run's plan: what --memory-budget holds and where each byte of it goes, decided before any work.
 
-`make_plan` turns (dataset, feature rows, configuration) into a `Plan`,
-deciding once what the rest of the run reads from it: the device, the
-precision, how host tiers' rows reach a GPU (zero copy or the CPU's gather,
-and why: under `--zero-copy auto` a short calibration measures both), the
-working set (bounded from each layer's largest possible sources,
-destinations and edges and the model's temporaries; with a device, only what
-stays on the host: the batches' pinned slabs), the reads in flight, each
-memory tier's bytes (learnable embeddings' hot rows first), the page cache
-left (the topology is read ahead into it where it fits), the packer's
-buffers. Where the budget cannot hold the defaults it reads fewer batches
-ahead and packs from smaller buffers before it refuses. `Plan.placed` adds
-epoch 0's expected hit rates and the disk the samples and packs take. The
-run, the plan's lines and summary.json's "plan" all read this one value.
+`make_plan` turns (dataset, feature rows, configuration) into a `Plan`, deciding once what the rest of the
+run reads from it: the device, the precision, how host tiers' rows reach a GPU (zero copy or the CPU's
+gather, and why: under `--zero-copy auto` a short calibration measures both), the working set (bounded from
+each layer's largest possible sources, destinations and edges and the model's temporaries; with a device,
+only what stays on the host: the batches' pinned slabs), the reads in flight, each memory tier's bytes
+(learnable embeddings' hot rows or partition buffer first), the page cache left (the topology is read ahead
+into it where it fits), the packer's buffers. Where the budget cannot hold the defaults it reads fewer
+batches ahead and packs from smaller buffers before it refuses. `Plan.placed` adds epoch 0's expected hit
+rates and the disk the samples and packs take. The run, the plan's lines and summary.json's "plan" all read
+this one value.
 """
 
 from __future__ import annotations
@@ -29,8 +26,9 @@ from ..errors import DiskgnnError, UsageError
 from ..nn.models import activation_bytes, layer_dims
 from ..distributed.cooperative import OwnedRows
 from ..offline.epochs import EpochSpec
+from ..offline.partitions import buffer_plan
 from ..offline.sample import topology_bytes
-from ..store.embeddings import WRITE_QUEUE, state_width
+from ..store.embeddings import row_bytes as embedding_row_bytes, working_bytes as embedding_bytes
 from ..store.store import HELD_BEYOND_READS
 from ..store.uva import HostGather, host_gather
 from ..units import format_size
@@ -105,16 +103,8 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
         slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
         host = slabs + 2 * defaults.DEVICE_FILL_CHUNK + defaults.CUDA_BASE_RSS
     packs = pack_plan_bytes(ds, cfg, rows) if source.row_bytes else 0  # a featureless dataset packs nothing
-    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(ds, cfg, rows)
-
-
-def embedding_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
-    """--embeddings' memory besides its hot rows (store/embeddings.py): per node a slot, a queue mark and a journal
-    bit; a batch's records, values, gradient and input, and the writer's queued batches and pre-images."""
-    if not cfg.embeddings:
-        return 0
-    row = 4 * (cfg.embeddings + state_width(cfg.embeddings, cfg.embedding_optimizer))
-    return ds.num_nodes * 13 + (WRITE_QUEUE + 5) * rows * (row + 8)
+    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(
+        ds.num_nodes, cfg.embeddings, cfg.embedding_optimizer, rows)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
@@ -181,6 +171,7 @@ class Plan:
     embedding_dim: int  # --embeddings; its table's bytes on disk (values and Adagrad state), its hot rows' in memory
     embedding_table: int
     embedding_host: int
+    embedding_buffer: tuple[int, int] | None  # --embedding-partitions: (P, partitions in memory at once)
     workload: str  # the model and the batches, as the memory line names them
     batch_rows: int = 0  # a batch's input rows at most (batch_layers): what the pipeline's slabs are made for
     page_cache: int = 0  # what the budget leaves beyond the working set and the host cache
@@ -204,10 +195,6 @@ class Plan:
     @property
     def tier_rows(self) -> dict[str, int]:
         return {name: b // max(1, self.row_bytes) for name, b in self.tiers.items()}
-
-    @property
-    def zero_copy(self) -> bool:
-        return self.host_gather.zero_copy
 
     def placed(self, placement, samples_bytes: int, rows: dict, copies: float, workdir, disk_free: int) -> "Plan":
         """The plan with epoch 0's placement and packs' rows (OfflineEpochs.epoch0_rows): expected hit rates of
@@ -250,10 +237,15 @@ class Plan:
             + f"; device {self.device}; {self.workload}",
         ]
         if self.embedding_dim:
+            parts, held = self.embedding_buffer or (0, 0)
             out.append(f"plan: --embeddings {self.embedding_dim}: a table of {self.num_nodes:,} rows of values and "
                        f"optimizer state = {format_size(self.embedding_table)} on disk in the workdir; "
-                       f"{format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), the rest "
-                       "read per batch and written back in id order behind an undo journal")
+                       + (f"{format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), the rest "
+                          "read per batch and written back in id order behind an undo journal" if not parts else
+                          f"{parts} partitions of {format_size(self.embedding_table // parts)}, {held} in memory at once "
+                          f"({format_size(self.embedding_host)}), each read and written back whole (behind an undo "
+                          "journal) as the epoch's buffer states turn; a batch's edges, negatives and neighbours are "
+                          "among them"))
         if self.device != "cpu":
             out.append(f"plan: {self.host_gather.line}")
         if self.sampling == "online":
@@ -269,11 +261,13 @@ class Plan:
 
     def placed_line(self, workdir) -> str:
         rates = self.expected_hit_rates
-        return ("plan: expected hit rates "
-                + ", ".join(f"{n} {r:.1%}" + (f" ({self.tier_rows_placed[n]:,} rows)" if n in self.tier_rows_placed
-                                              else f" (the last {self.recent_batches} batches' rows)")
-                            for n, r in rates.items())
-                + f", packs {1 - sum(rates.values()):.1%} of {self.input_rows_per_batch:,.0f} rows per batch; samples "
+        return ("plan: " + (f"no feature rows to read, {self.input_rows_per_batch:,.0f} nodes per batch" if not
+                            self.row_bytes else "expected hit rates " + ", ".join(
+                                f"{n} {r:.1%}" + (f" ({self.tier_rows_placed[n]:,} rows)" if n in self.tier_rows_placed
+                                                  else f" (the last {self.recent_batches} batches' rows)")
+                                for n, r in rates.items())
+                            + f", packs {1 - sum(rates.values()):.1%} of {self.input_rows_per_batch:,.0f} rows per batch")
+                + "; samples "
                 f"{format_size(self.samples_bytes_per_epoch)} and "
                 f"packs ~{format_size(self.packs_bytes_per_epoch)} per epoch; {format_size(self.disk_needed)} on "
                 f"disk at once, {format_size(self.disk_free)} free in {workdir}")
@@ -286,7 +280,7 @@ class Plan:
              "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
              "working_set_bytes": self.working_set, "read_depth": self.read_depth,
              "features_fidelity": self.features_fidelity, "embedding_table_bytes": self.embedding_table,
-             "embedding_host_bytes": self.embedding_host}
+             "embedding_host_bytes": self.embedding_host, "embedding_buffer": self.embedding_buffer}
         if self.sampling != "online":
             d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
                      page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
@@ -334,7 +328,7 @@ def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag
         sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
         rows=(lambda samples: OwnedRows(samples, group.rank, group.world, cfg.owner, plan.num_nodes)) if coop else None,
         eval_batch_size=cfg.batch_size * (group.world if coop else 1), eval_shard=(group.rank, group.world),
-        hag=None if coop else hag, link=cfg.link_spec)
+        hag=None if coop else hag, link=cfg.link_spec, partitions=plan.embedding_buffer)
 
 
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:
@@ -358,8 +352,10 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     depth, floor, need = _fit(ds, source, cfg, budget, explicit_host + (explicit_emb or 0), precision, device)
     features = ds.num_nodes * source.row_bytes
     # no tier larger than its rows; auto: half of what the budget leaves (the rest: page cache), embeddings' first
-    table = ds.num_nodes * 4 * (cfg.embeddings + state_width(cfg.embeddings, cfg.embedding_optimizer))
-    emb_host = min(table, (budget - need - explicit_host) // 2 if explicit_emb is None else explicit_emb)
+    table = ds.num_nodes * embedding_row_bytes(cfg.embeddings, cfg.embedding_optimizer)
+    left = budget - need - explicit_host  # partitioned, the buffer takes 3/4 of it: a batch reads nothing else
+    emb_host = min(table, left * (3 if cfg.embedding_partitions else 2) // 4 if explicit_emb is None else explicit_emb)
+    buffer = buffer_plan(cfg.embedding_partitions, ds.num_nodes, table, emb_host) if cfg.embedding_partitions else None
     host = min(features, (budget - need - emb_host) // 2) if cfg.host_cache_bytes is None else explicit_host
     tiers = {"host": host}
     if device != "cpu":
@@ -378,7 +374,7 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         raw_row_bytes=ds.row_bytes, working_set=need,
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
         or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers, embedding_dim=cfg.embeddings,
-        embedding_table=table, embedding_host=emb_host,
+        embedding_table=table, embedding_host=emb_host, embedding_buffer=buffer,
         workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
                  + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
                  + (f"; task link (batches of {cfg.batch_size} edges in {cfg.chunks} chunks of {cfg.negatives} "
@@ -398,3 +394,4 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     pack_memory = floor + min(defaults.MAX_PACK_MEMORY - floor, spare // 2)
     return dataclasses.replace(plan, page_cache=page_cache, topology_bytes=topology, topology_read_ahead=read_ahead,
                                pack_memory=pack_memory)
+

@@ -24,6 +24,7 @@ from .. import defaults
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..nn.link import batch_scores, link_loss, metrics_of, rank_sums
+from ..offline.partitions import partition_rows
 from ..offline.placement import hottest_first
 from ..store.embeddings import EmbeddingTable
 from .checkpoints import EpochState
@@ -64,13 +65,19 @@ class Run:
             loader.say(f"plan: --resume: {self.embeddings.stats['rows_rolled_back']:,} embedding rows rolled back to "
                        "the checkpoint from the undo journal")
         counts, loader.epochs.counts0 = loader.epochs.counts0, None  # read once: 4 bytes a node freed
-        self.embeddings.place(hottest_first(counts)[: loader.plan.embedding_host // self.embeddings.row_bytes])
+        if loader.plan.embedding_buffer:  # partitioned: the batches' buffer states fill it (inputs)
+            self.embeddings.use_partitions(partition_rows(loader.ds.num_nodes, loader.plan.embedding_buffer[0]),
+                                           loader.plan.embedding_buffer[1])
+        else:
+            self.embeddings.place(hottest_first(counts)[: loader.plan.embedding_host // self.embeddings.row_bytes])
 
     def inputs(self, mb, train: bool):
         """The model's input rows: the batch's features, beside (--embeddings) its nodes' embedding values; and
         for a train step the (records, values) whose gradient `step` applies."""
         if self.embeddings is None:
             return mb.x, None
+        if mb.link is not None and mb.link.partitions is not None:
+            self.embeddings.hold(mb.link.partitions)
         records = self.embeddings.gather(mb.input_nodes)
         # a leaf over the records' own values (Adagrad updates them in place after the backward pass)
         values = records[:, : self.cfg.embeddings].detach().to(mb.x.device).requires_grad_(train)

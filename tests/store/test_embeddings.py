@@ -11,6 +11,7 @@ import torch
 
 from diskgnn.errors import DiskgnnError
 from diskgnn.store import embeddings as emb_mod
+from diskgnn.offline.partitions import partition_rows
 from diskgnn.store.embeddings import EmbeddingTable, adagrad, init_rows
 
 LR = 0.05
@@ -71,9 +72,50 @@ def test_init_is_the_same_whatever_the_write_size(tmp_path):
     a.close(), b.close()
 
 
-def killed_child(directory, n, dim, work, every, die_after_writes: int, generation=0, create=True, start=0):
+def partitioned_batches(n: int, parts: int, capacity: int, steps: int, seed: int, dim: int):
+    """(held partitions, unique ids among their rows, gradient) per step: a state kept for a few steps, then
+    another; some batches empty or of one row."""
+    rng = np.random.default_rng(seed)
+    rows = partition_rows(n, parts)
+    out, held = [], tuple(range(min(parts, capacity)))
+    for s in range(steps):
+        if s % 3 == 2:
+            held = tuple(sorted(rng.permutation(parts)[:capacity].tolist()))
+        pool = np.concatenate([np.arange(p * rows, min(n, (p + 1) * rows)) for p in held])
+        ids = rng.permutation(pool)[: [0, 1, pool.size][s % 3] if s < 3 else int(rng.integers(0, pool.size + 1))]
+        out.append((held, ids.astype(np.int64), torch.from_numpy(rng.standard_normal((ids.size, dim), np.float32))))
+    return out
+
+
+def train_partitioned(table: EmbeddingTable, work, checkpoint_every: int = 0, start: int = 0):
+    for s, (held, ids, grad) in enumerate(work[start:], start):
+        table.hold(held)
+        table.step(ids, table.gather(ids), grad)
+        if checkpoint_every and (s + 1) % checkpoint_every == 0:
+            table.flush()
+            table.committed((s + 1) // checkpoint_every)
+
+
+@pytest.mark.parametrize("n,dim,parts,capacity", [(1, 3, 1, 1), (199, 4, 8, 3), (199, 4, 64, 5), (64, 1024, 4, 2)])
+def test_a_partition_buffer_matches_a_dense_table(tmp_path, n, dim, parts, capacity):
+    """199 rows in 8 partitions: the last one short; in 64: the last ones empty; rows of 4100 bytes."""
+    work = partitioned_batches(n, parts, capacity, 15, seed=n + parts, dim=dim)
+    table = EmbeddingTable(tmp_path / "e", n, dim, seed=3, lr=LR, create=True, init_bytes=4096 * 3)
+    table.use_partitions(partition_rows(n, parts), capacity)
+    train_partitioned(table, work)
+    expect = oracle(n, dim, 3, [(ids, grad) for _, ids, grad in work])
+    assert np.array_equal(table.gather(np.arange(n)).numpy(), expect)  # buffered rows and written-back ones
+    if parts > capacity:
+        assert table.stats["partitions_read"] > capacity and table.stats["partitions_written"] > 0
+    table.flush()
+    assert np.array_equal(stored(table), expect)
+    table.close()
+
+
+def killed_child(directory, n, dim, work, every, die_after_writes: int, generation=0, create=True, start=0,
+                 partitions=None):
     """Trains in a forked process that SIGKILLs itself halfway through its `die_after_writes`-th write to the
-    table (a torn row on disk); returns how it ended."""
+    table (a torn row on disk); returns how it ended. `partitions`: (rows, capacity) of a partition buffer."""
     pid = os.fork()
     if pid == 0:
         try:
@@ -88,8 +130,12 @@ def killed_child(directory, n, dim, work, every, die_after_writes: int, generati
                 return real(fd, data, offset)
             emb_mod.os.pwrite = pwrite
             table = EmbeddingTable(directory, n, dim, seed=1, lr=LR, create=create, generation=generation)
-            table.place(np.arange(0, n, 9))
-            train(table, work, every, start)
+            if partitions:
+                table.use_partitions(*partitions)
+                train_partitioned(table, work, every, start)
+            else:
+                table.place(np.arange(0, n, 9))
+                train(table, work, every, start)
             table.flush()
         finally:
             os._exit(0)
@@ -111,6 +157,23 @@ def test_kill_during_write_back_then_resume_ends_bit_identical(tmp_path, die_aft
     train(table, work, every, start=gen * every)
     table.flush()
     assert np.array_equal(stored(table), oracle(n, dim, 1, work))
+    table.close()
+
+
+@pytest.mark.parametrize("die_after", [1, 4, 9, 17])
+def test_kill_during_a_partition_write_back_then_resume_ends_bit_identical(tmp_path, die_after):
+    n, dim, every, parts, capacity = 199, 5, 4, 6, 2
+    work = partitioned_batches(n, parts, capacity, 24, seed=die_after, dim=dim)
+    layout = (partition_rows(n, parts), capacity)
+    assert killed_child(tmp_path / "e", n, dim, work, every, die_after, partitions=layout), "too few writes"
+    gen = int.from_bytes((tmp_path / "e" / "journal.bin").read_bytes()[8:16], "little")
+    table = EmbeddingTable(tmp_path / "e", n, dim, seed=1, lr=LR, create=False, generation=gen)
+    plain = [(ids, grad) for _, ids, grad in work]
+    assert np.array_equal(stored(table), oracle(n, dim, 1, plain[: gen * every])), "not rolled back"
+    table.use_partitions(*layout)
+    train_partitioned(table, work, every, start=gen * every)
+    table.flush()
+    assert np.array_equal(stored(table), oracle(n, dim, 1, plain))
     table.close()
 
 

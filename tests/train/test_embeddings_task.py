@@ -66,11 +66,34 @@ def test_a_featureless_graph_without_embeddings_is_refused_in_one_line(featurele
     args = argv(featureless, tmp_path / "w2", "--task", "node", "--sampling", "online")
     assert run_cli("train", train_main, args) != 0
     assert "--sampling online: --embeddings 8 trains with --sampling offline only" in capsys.readouterr().err
+    for extra, message in ((["--task", "node", "--embedding-partitions", "4"], "--embedding-partitions 4: 2 to 64, "
+                            "with --task link"), (["--embedding-partitions", "65"], "--embedding-partitions 65: 2 to 64"),
+                           (["--embedding-partitions", "5", "--embedding-cache", "20000B"], "--embedding-partitions 5: "
+                            "a partition is 14.1 KiB and the buffer gets 19.5 KiB, less than two")):
+        assert run_cli("train", train_main, argv(featureless, tmp_path / "w3", *extra)) != 0
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
 
 
-@pytest.mark.parametrize("optimizer", ["adagrad", "adam"])
-def test_kill_during_write_back_then_resume_equals_the_uninterrupted_run(featureless, tmp_path, optimizer):
-    extra = ["--embedding-cache", "1KiB", "--checkpoint-every", "4", "--embedding-optimizer", optimizer]
+def test_partitioned_epochs_learn_in_buffer_order(featureless, tmp_path, capsys):
+    """--embedding-partitions 5 with two partitions' memory (1999 rows of 36 bytes, 400 a partition): every state
+    turns the buffer, the table is read and written whole partitions at a time, and the links are learnt."""
+    s = run(featureless, tmp_path / "p", "--embedding-partitions", "5", "--embedding-cache", "30000B")
+    assert "5 partitions of 14.1 KiB, 2 in memory at once" in capsys.readouterr().out
+    e = s["embeddings"]
+    assert e["partitions_read"] >= 3 * 10 and e["partitions_written"] > 0 and e["journal_bytes"] > 0, e
+    assert e["rows_queued"] == 0  # a train batch reads buffered rows only: nothing waits for the writer
+    mrr = s["val_mrr_per_epoch"]
+    assert mrr[-1] > mrr[0] and s["test_mrr"] > 3 * (1 / 101), s
+    assert s["plan"]["embedding_buffer"] == [5, 2]
+    again = run(featureless, tmp_path / "again", "--embedding-partitions", "5", "--embedding-cache", "30000B")
+    assert np.array_equal(table(tmp_path / "p"), table(tmp_path / "again"))
+
+
+@pytest.mark.parametrize("optimizer,partitioned", [("adagrad", False), ("adam", False), ("adagrad", True)])
+def test_kill_during_write_back_then_resume_equals_the_uninterrupted_run(featureless, tmp_path, optimizer, partitioned):
+    extra = ["--embedding-cache", "30000B" if partitioned else "1KiB", "--checkpoint-every", "4",
+             "--embedding-optimizer", optimizer, *(["--embedding-partitions", "5"] if partitioned else [])]
     cmd = [sys.executable, "-m", "diskgnn.train"]
     whole = subprocess.run(cmd + argv(featureless, tmp_path / "whole", *extra), capture_output=True, text=True,
                            cwd=REPO)
