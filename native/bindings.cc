@@ -405,13 +405,23 @@ PYBIND11_MODULE(_native, m) {
                  const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
                  const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
                  const std::vector<int64_t>& fanouts, uint64_t seed, int num_threads, bool labor, bool layer_dependency,
-                 uint64_t batch_dependency, int64_t partition_rows, const std::vector<uint64_t>& batch_masks) {
+                 uint64_t batch_dependency, int64_t partition_rows, const std::vector<uint64_t>& batch_masks,
+                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& exclude_pairs,
+                 const std::vector<int64_t>& exclude_offsets) {
         if (batch_offsets.empty() || batch_offsets.back() != seeds.size()) {
           throw std::invalid_argument("batch_offsets must end at len(seeds)");
         }
         diskgnn::sampling_options o = sampling(fanouts, seed, labor, layer_dependency, batch_dependency);
         o.partition_rows = partition_rows;
         o.batch_masks = batch_masks;
+        if (!exclude_offsets.empty()) {
+          if (exclude_pairs.ndim() != 2 || exclude_pairs.shape(1) != 2 || exclude_offsets.front() != 0 ||
+              exclude_offsets.back() != exclude_pairs.shape(0)) {
+            throw std::invalid_argument("exclude_pairs must be [E, 2] with exclude_offsets from 0 to E");
+          }
+          o.exclude_pairs = exclude_pairs.data();
+          o.exclude_offsets = exclude_offsets;
+        }
         std::vector<diskgnn::SampleRecord> records;
         {
           py::gil_scoped_release release;
@@ -426,8 +436,12 @@ PYBIND11_MODULE(_native, m) {
       py::arg("graph"), py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"),
       py::arg("seed"), py::arg("num_threads"), py::arg("labor"), py::arg("layer_dependency"),
       py::arg("batch_dependency"), py::arg("partition_rows") = 0, py::arg("batch_masks") = std::vector<uint64_t>{},
+      py::arg("exclude_pairs") = py::array_t<int64_t>(std::vector<py::ssize_t>{0, 2}),
+      py::arg("exclude_offsets") = std::vector<int64_t>{},
       "Samples batches of seeds; returns one record (bytes) per batch, in order (layout in sampler.h); with "
-      "batch_masks, batch b samples only neighbours v whose partition v // partition_rows has its bit set.");
+      "batch_masks, batch b samples only neighbours v whose partition v // partition_rows has its bit set; with "
+      "exclude_offsets, never along batch b's pairs exclude_pairs[exclude_offsets[b]:exclude_offsets[b + 1]] "
+      "(source, destination).");
   m.def(
       "labor_variates",
       [sampling](uint64_t seed, bool layer_dependency, uint64_t batch_dependency, uint64_t step, size_t hop,

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cerrno>
 #include <cstring>
@@ -183,8 +184,28 @@ void append(std::vector<uint8_t>& buf, const T* data, size_t count) {
   if (count) std::memcpy(buf.data() + at, data, count * sizeof(T));
 }
 
+// A batch's excluded edges, sorted (destination, source) for binary search.
+class Excluded {
+ public:
+  Excluded(const int64_t* pairs, int64_t count) {
+    edges_.reserve(count);
+    for (int64_t i = 0; i < count; ++i) edges_.emplace_back(pairs[2 * i + 1], pairs[2 * i]);
+    std::sort(edges_.begin(), edges_.end());
+  }
+  bool any() const { return !edges_.empty(); }
+  // v is the destination of an excluded edge.
+  bool touches(int64_t v) const {
+    auto it = std::lower_bound(edges_.begin(), edges_.end(), std::make_pair(v, INT64_MIN));
+    return it != edges_.end() && it->first == v;
+  }
+  bool has(int64_t u, int64_t v) const { return std::binary_search(edges_.begin(), edges_.end(), std::make_pair(v, u)); }
+
+ private:
+  std::vector<std::pair<int64_t, int64_t>> edges_;
+};
+
 SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds, uint64_t key,
-                        const sampling_options& o, uint64_t mask, LocalIds& ids) {
+                        const sampling_options& o, uint64_t mask, const Excluded& excluded, LocalIds& ids) {
   const std::vector<int64_t>& fanouts = o.fanouts;
   Rng rng(o.seed, key);
   const size_t layers = fanouts.size();
@@ -210,11 +231,16 @@ SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds,
     for (int64_t i = 0; i < n_dst; ++i) {
       const int64_t v = nodes[i];
       int64_t d = g.degree(v);
-      const int64_t* cand = nullptr;  // restricted: the positions of v's neighbours in the mask's partitions
-      if (restricted) {
+      // restricted: the positions of v's neighbours in the mask's partitions, and not along an excluded edge
+      const int64_t* cand = nullptr;
+      const bool excluding = excluded.any() && excluded.touches(v);
+      if (restricted || excluding) {
         allowed.clear();
         for (int64_t j = 0; j < d; ++j) {
-          if (mask >> (g.neighbour(v, j) / o.partition_rows) & 1) allowed.push_back(j);
+          const int64_t u = g.neighbour(v, j);
+          if ((!restricted || (mask >> (u / o.partition_rows) & 1)) && !(excluding && excluded.has(u, v))) {
+            allowed.push_back(j);
+          }
         }
         cand = allowed.data();
         d = static_cast<int64_t>(allowed.size());
@@ -295,6 +321,9 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
   if (options.batch_dependency < 1) throw std::invalid_argument("batch_dependency must be at least 1");
   const size_t batches = batch_keys.size();
   if (batch_offsets.size() != batches + 1) throw std::invalid_argument("need one offset per batch plus one");
+  if (!options.exclude_offsets.empty() && options.exclude_offsets.size() != batches + 1) {
+    throw std::invalid_argument("need one exclusion offset per batch plus one");
+  }
   if (!options.batch_masks.empty() && options.batch_masks.size() != batches) {
     throw std::invalid_argument("need one partition mask per batch");
   }
@@ -317,9 +346,12 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
     // Strided assignment: each batch's result depends only on its key, so any split is fine.
     for (size_t b = t; b < batches; b += threads) {
       try {
+        const bool ex = !options.exclude_offsets.empty();
+        const Excluded excluded(ex ? options.exclude_pairs + 2 * options.exclude_offsets[b] : nullptr,
+                                ex ? options.exclude_offsets[b + 1] - options.exclude_offsets[b] : 0);
         out[b] = sample_one(graph, seeds + batch_offsets[b], batch_offsets[b + 1] - batch_offsets[b],
                             batch_keys[b], options, options.batch_masks.empty() ? ~0ULL : options.batch_masks[b],
-                            ids);
+                            excluded, ids);
       } catch (const std::exception& e) {
         errors[b] = e.what();
       }

@@ -67,6 +67,11 @@ struct sampling_options {
   /// 0, or no masks: every neighbour.
   int64_t partition_rows = 0;
   std::vector<uint64_t> batch_masks;
+  /// Edges a batch must not sample (link prediction's positives, left out of their own neighbourhoods): batch
+  /// b's are the (source, destination) pairs exclude_pairs[2i], exclude_pairs[2i + 1] for i in
+  /// [exclude_offsets[b], exclude_offsets[b + 1]). No offsets: none.
+  const int64_t* exclude_pairs = nullptr;
+  std::vector<int64_t> exclude_offsets;
 };
 
 /// @brief LABOR's variate r_t of vertices `ids` at `step` and `hop`: uniform in
