@@ -122,16 +122,16 @@ class OfflineEpochs:
 
     def sample(self, epoch: int) -> SampleFile:
         link = None if self.spec.link is None else self.link_batches(epoch)
+        rows = 0 if link is None or link.buckets is None else link.buckets.rows
         return self._sample(f"epoch-{epoch:05d}.samples", fanouts=list(self.spec.fanouts), epoch=epoch,
-                            max_batches=self.max_batches, shard=self.spec.shard,
-                            batches=None if link is None else link.seeds(), masks=None if link is None else link.masks())
+                            max_batches=self.max_batches, shard=self.spec.shard, batches=link, partition_rows=rows)
 
     def link_batches(self, epoch: int) -> LinkEpoch:
         """--task link: the epoch's batches (their seeds are what sample() samples, each computed when asked)."""
         ds, spec = self.dataset, self.spec
         if spec.partitions is not None and self._buckets is None:
             start = time.perf_counter()
-            self._buckets = EdgeBuckets(ds.indptr, ds.indices, spec.partitions[0], self.dir / "edge-buckets.bin")
+            self._buckets = EdgeBuckets.train(ds.indptr, ds.indices, spec.partitions[0], self.dir / "edge-buckets.bin")
             self.phases["buckets_s"] = time.perf_counter() - start
         return LinkEpoch(ds.indptr, ds.indices, spec.link, seed=spec.seed, epoch=epoch, buckets=self._buckets,
                          capacity=0 if spec.partitions is None else spec.partitions[1])

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..hashing import Bijection
 from .negatives import chunk_negatives
-from .partitions import EdgeBuckets, buffer_nodes, epoch_states, state_node_count, state_positions
+from .partitions import EdgeBuckets, buffer_negatives, epoch_states, state_positions
 
 
 @dataclass
@@ -34,6 +34,19 @@ class LinkBatch:
     negatives: np.ndarray  # int64 [C, K] global ids, shared by a chunk's edges
     seeds: np.ndarray  # int64, sorted and unique: every node above
     partitions: tuple[int, ...] | None = None  # a partitioned epoch's: the buffer state it trains in
+    exclude: bool = False  # its positives are left out of its sampled neighbourhoods (a partitioned train batch)
+
+    @property
+    def mask(self) -> int:
+        """Its buffer's partitions as the sampler's bit mask."""
+        return sum(1 << p for p in self.partitions or ())
+
+    @property
+    def excluded(self) -> np.ndarray | None:
+        """The edges its sampling must not follow, [2E, 2] (source, destination): its positives, both ways."""
+        if not self.exclude:
+            return None
+        return np.concatenate([np.stack([self.src, self.dst], 1), np.stack([self.dst, self.src], 1)])
 
     def local(self, ids: np.ndarray) -> np.ndarray:
         """Positions of global `ids` (all among the seeds) in `seeds`."""
@@ -64,30 +77,40 @@ class LinkEpoch:
         self.num_nodes = len(indptr) - 1
         self.num_edges = int(indptr[-1])
         self.keys = (seed, 23, epoch)
-        self.held, self.buckets = None, buckets
+        self.held = None
         keys = np.random.default_rng([seed, 19, epoch]).integers(0, 2**63, Bijection.ROUNDS)
         self.order = Bijection(max(1, self.num_edges), keys)
-        if buckets is not None:
-            self.states = epoch_states(buckets, capacity, seed=seed, epoch=epoch)
-            per_state = [-(-st.num_edges // spec.batch_size) for st in self.states]
-            self.first_batch = np.concatenate([[0], np.cumsum(per_state)]).astype(np.int64)
-            self.orders = [Bijection(st.num_edges, np.random.default_rng([seed, 37, epoch, s]).integers(
-                0, 2**63, Bijection.ROUNDS)) for s, st in enumerate(self.states)]
+        self._partition(buckets, capacity, (seed, 37, epoch))
 
     @classmethod
     def held_out(cls, edges: np.ndarray, indptr: np.ndarray, indices: np.ndarray, *, negatives: int,
                  split_key: int) -> "LinkEpoch":
         """`edges` [E, 2] in their stored order, EVAL_CHUNK_EDGES a batch, each batch one chunk of `negatives`
-        uniform nodes drawn from (EVAL_SEED, split_key, batch)."""
+        uniform nodes drawn from (EVAL_SEED, split_key, batch). (A partitioned run evaluates so too: its model,
+        trained without its positives in their neighbourhoods, scores whole neighbourhoods, and all systems'
+        evaluations stay alike.)"""
         self = cls.__new__(cls)
         self.indptr, self.indices, self.held = indptr, indices, edges
         self.spec = LinkSpec(EVAL_CHUNK_EDGES, chunks=1, negatives=negatives)
         self.num_nodes, self.num_edges = len(indptr) - 1, len(edges)
         self.keys = (EVAL_SEED, 29, split_key)
+        self.buckets = None
         return self
 
+    def _partition(self, buckets: EdgeBuckets | None, capacity: int, order_key) -> None:
+        """A partitioned epoch's buffer states, each one's first batch and its edges' keyed order."""
+        self.buckets = buckets
+        if buckets is None:
+            return
+        seed, _, epoch = order_key
+        self.states = epoch_states(buckets, capacity, seed=seed, epoch=epoch)
+        per_state = [-(-st.num_edges // self.spec.batch_size) for st in self.states]
+        self.first_batch = np.concatenate([[0], np.cumsum(per_state)]).astype(np.int64)
+        self.orders = [Bijection(st.num_edges, np.random.default_rng([*order_key, s]).integers(
+            0, 2**63, Bijection.ROUNDS)) for s, st in enumerate(self.states)]
+
     def __len__(self) -> int:
-        if self.held is None and self.buckets is not None:
+        if self.buckets is not None:
             return int(self.first_batch[-1])
         return -(-self.num_edges // self.spec.batch_size)
 
@@ -96,20 +119,21 @@ class LinkEpoch:
         return int(np.searchsorted(self.first_batch, b, side="right") - 1)
 
     def _positions(self, b: int) -> np.ndarray:
+        """Batch b's edges: CSC positions, or rows of the held-out edges."""
         size = self.spec.batch_size
         if self.buckets is None:
-            return self.order(np.arange(b * size, min(self.num_edges, (b + 1) * size)))
+            at = np.arange(b * size, min(self.num_edges, (b + 1) * size))
+            return at if self.held is not None else self.order(at)
         s = self.state_of(b)
         state, first = self.states[s], (b - int(self.first_batch[s])) * size
         return state_positions(self.buckets, state, self.orders[s](np.arange(first, min(state.num_edges,
                                                                                       first + size))))
 
     def _edges(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        if self.held is not None:
-            first = b * self.spec.batch_size
-            rows = np.array(self.held[first: first + self.spec.batch_size], dtype=np.int64)  # a copy: torch
-            return rows[:, 0], rows[:, 1]  # wants writable arrays
         positions = self._positions(b)
+        if self.held is not None:
+            rows = np.array(self.held[np.sort(positions)], dtype=np.int64).reshape(-1, 2)  # sorted: read forwards
+            return rows[:, 0], rows[:, 1]
         by_position = np.argsort(positions)  # memory maps read in order
         src, dst = np.empty_like(positions), np.empty_like(positions)
         sorted_positions = positions[by_position]
@@ -125,25 +149,16 @@ class LinkEpoch:
         rng = np.random.default_rng([*self.keys, b])
         draw = {"num_nodes": self.num_nodes, "indices": self.indices}
         state = None
-        if self.held is None and self.buckets is not None:
-            state, rows = self.states[self.state_of(b)], self.buckets.rows
-            draw = {"num_nodes": state_node_count(state, rows, self.num_nodes), "indices": _StateSources(self, state),
-                    "to_node": lambda d: buffer_nodes(state, rows, self.num_nodes, d)}
+        if self.buckets is not None:
+            state = self.states[self.state_of(b)]
+            rows, n = self.buckets.rows, self.num_nodes
+            draw = {**draw, "indices": _StateSources(self, state),
+                    "uniform": lambda r, chunk_of, shape: buffer_negatives(r, state, rows, n, shape)}
         chunk_of, negatives = chunk_negatives(rng, src.size, chunks=self.spec.chunks, per_chunk=self.spec.negatives,
                                               degree_fraction=self.spec.degree_fraction, **draw)
         seeds = np.unique(np.concatenate([src, dst, negatives.ravel()]))
-        return LinkBatch(src, dst, chunk_of, negatives, seeds, None if state is None else state.partitions)
-
-    def seeds(self) -> "_Seeds":
-        """The batches' seed nodes as a sequence (sample_epoch's `batches`), each computed when asked for."""
-        return _Seeds(self)
-
-    def masks(self) -> tuple[int, list[int]] | None:
-        """A partitioned epoch's (partition rows, each batch's mask of buffered partitions) for the sampler."""
-        if self.held is not None or self.buckets is None:
-            return None
-        per_state = np.diff(self.first_batch)
-        return self.buckets.rows, [st.mask for st, n in zip(self.states, per_state.tolist()) for _ in range(n)]
+        return LinkBatch(src, dst, chunk_of, negatives, seeds, None if state is None else state.partitions,
+                         exclude=state is not None)
 
 
 class _StateSources:

@@ -15,17 +15,18 @@ import numpy as np
 
 def chunk_negatives(rng: np.random.Generator, num_edges: int, *, chunks: int, per_chunk: int, num_nodes: int,
                     indices: np.ndarray | None = None, degree_fraction: float = 0.0,
-                    to_node=None) -> tuple[np.ndarray, np.ndarray]:
+                    uniform=None) -> tuple[np.ndarray, np.ndarray]:
     """(chunk_of, negatives): each of the `num_edges` edges' chunk (consecutive edges, as even as can be), and
     every chunk's `per_chunk` negative node ids, int64 [C, per_chunk] with C = min(chunks, num_edges) (at
-    least 1). `to_node` maps the uniform draws in [0, num_nodes) to node ids (a partitioned epoch's buffer:
-    offline/partitions.py, whose `indices` are then the sources of the state's edges)."""
+    least 1). `uniform(rng, chunk_of, shape)` draws the not-by-degree ones in place of uniform ids in
+    [0, num_nodes) (a partitioned epoch's, among its buffer's nodes: offline/partitions.py, whose `indices` are
+    then the sources of the state's edges).""" 
     chunks = max(1, min(chunks, num_edges))
     chunk_of = np.arange(num_edges, dtype=np.int64) * chunks // max(1, num_edges)
     by_degree = int(round(per_chunk * degree_fraction)) if indices is not None and len(indices) else 0
     negatives = np.empty((chunks, per_chunk), dtype=np.int64)
-    uniform = rng.integers(0, num_nodes, (chunks, per_chunk - by_degree))
-    negatives[:, by_degree:] = uniform if to_node is None else to_node(uniform.ravel()).reshape(uniform.shape)
+    shape = (chunks, per_chunk - by_degree)
+    negatives[:, by_degree:] = rng.integers(0, num_nodes, shape) if uniform is None else uniform(rng, chunk_of, shape)
     if by_degree:
         picks = np.sort(rng.integers(0, len(indices), chunks * by_degree))  # sorted: a memory map reads ahead
         negatives[:, :by_degree] = rng.permutation(np.asarray(indices[picks], dtype=np.int64)).reshape(

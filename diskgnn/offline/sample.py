@@ -211,12 +211,12 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
                  max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
                  shard: tuple[int, int] = (0, 1), every_batch: bool = False, hag=None,
-                 batches=None, masks: tuple[int, list[int]] | None = None) -> SampleFile:
+                 batches=None, partition_rows: int = 0) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
-    `batches` instead: a sequence of each batch's seed array, read a group at a time (link batches, whose
-    seeds are their edges' endpoints and negatives: LinkEpoch.seeds()). `masks`: (partition rows, each
-    batch's mask of the partitions whose nodes it may sample: a partitioned link epoch's LinkEpoch.masks()).
+    `batches` instead: a sequence of link batches (LinkEpoch), read a group at a time, whose seeds are their
+    edges' endpoints and negatives; a partitioned epoch's (`partition_rows`) sample only among their buffer's
+    partitions, and a train batch's never along its own positives (LinkBatch.excluded).
 
     `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
     each sampled as the whole epoch's would be. `max_batches` then keeps the
@@ -233,9 +233,17 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     if batch_size < 1:
         raise DiskgnnError(f"batch size {batch_size}: must be at least 1")
     graph = graph or open_graph(dataset)
+    link_batches = batches is not None
     if batches is None:
         seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
         batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
+
+    def restriction(links) -> dict:
+        excluded = [b.excluded for b in links if b.excluded is not None]
+        return {"partition_rows": partition_rows, "batch_masks": [b.mask for b in links],
+                **({"exclude_pairs": np.concatenate(excluded) if excluded else np.zeros((0, 2), np.int64),
+                    "exclude_offsets": np.r_[0, np.cumsum([len(e) for e in excluded])].tolist()}
+                   if len(excluded) == len(links) and links else {})}
     num_batches = len(batches)
     if every_batch:
         index = np.arange(shard[0], min(num_batches, num_batches if max_batches is None else max_batches), shard[1])
@@ -264,14 +272,13 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                 ThreadPoolExecutor(threads, thread_name_prefix="diskgnn-hag") as searchers:
             written = None
             for g in range(0, len(index), defaults.SAMPLE_GROUP):
-                group = [batches[int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]
+                links = [batches[int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]
+                group = [b.seeds for b in links] if link_batches else links
                 flat = np.concatenate(group) if group else np.empty(0, np.int64)
                 seen_seeds += flat.size
                 bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
                 keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]
-                restrict = {} if masks is None else {
-                    "partition_rows": masks[0],
-                    "batch_masks": [masks[1][int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]}
+                restrict = restriction(links) if partition_rows else {}
                 records = with_hags(searchers, _native.sample_batches(graph, flat, bounds, keys, fanouts, seed,
                                                                       threads, **sampler.native(), **restrict))
                 if written is not None:
@@ -296,7 +303,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "num_batches": len(index), "num_seeds": seen_seeds, "shard": list(shard),
         "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
         "hag": {"mode": hag.mode if hag is not None else "off"},
-        "partition_rows": None if masks is None else masks[0],
+        "partition_rows": partition_rows or None,
     }
     meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)
     os.replace(tmp, out_path)

@@ -132,8 +132,7 @@ class Loader:
                 if not self.eval_size(split):
                     continue
                 # all of them: eval_files keeps this rank's share of their batches
-                seeds, batches = (None, self.link_batches(split).seeds()) if cfg.task == "link" else \
-                    (ds.split(split), None)
+                seeds, batches = (None, self.link_batches(split)) if cfg.task == "link" else (ds.split(split), None)
                 self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
                                                                 cfg.eval_max_batches, batches)
         self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.host_gather.zero_copy)

@@ -73,5 +73,6 @@ def test_held_out_batches_keep_the_edges_order_and_draw_their_own_negatives(grap
                                   b.negatives)
     assert not np.array_equal(LinkEpoch.held_out(held, indptr, indices, negatives=50, split_key=2)[0].negatives,
                               b.negatives)
-    seeds = LinkEpoch(indptr, indices, LinkSpec(100), seed=0, epoch=0).seeds()
-    assert len(seeds) == 12 and (np.diff(seeds[3]) > 0).all()
+    epoch = LinkEpoch(indptr, indices, LinkSpec(100), seed=0, epoch=0)
+    assert len(epoch) == 12 and (np.diff(epoch[3].seeds) > 0).all()
+    assert epoch[3].mask == 0 and epoch[3].excluded is None  # unpartitioned: nothing restricted

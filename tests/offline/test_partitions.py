@@ -52,7 +52,7 @@ def test_a_partitioned_epoch_trains_every_edge_once_inside_its_buffer(graph, tmp
     """199 nodes: the last partition is short; 64 partitions of 4 rows: the last ones are empty."""
     n, src, dst = graph
     indptr, indices = csc(n, src, dst)
-    buckets = EdgeBuckets(indptr, indices, p, tmp_path / "b.bin")
+    buckets = EdgeBuckets.train(indptr, indices, p, tmp_path / "b.bin")
     rows = partition_rows(n, p)
     spec = LinkSpec(batch_size, chunks=3, negatives=6, degree_fraction=0.5)
     epoch = LinkEpoch(indptr, indices, spec, seed=2, epoch=1, buckets=buckets, capacity=c)
@@ -69,8 +69,11 @@ def test_a_partitioned_epoch_trains_every_edge_once_inside_its_buffer(graph, tmp
             states.append(batch.partitions)
     assert seen == Counter((s, d) for s, d in zip(src.tolist(), dst.tolist()) if s != d)
     assert len(states) == len(set(states))  # a state's batches are consecutive
-    mask_rows, masks = epoch.masks()
-    assert mask_rows == rows and masks == [sum(1 << q for q in epoch[b].partitions) for b in range(len(epoch))]
+    last = epoch[len(epoch) - 1]
+    assert last.mask == sum(1 << q for q in last.partitions)
+    pairs = Counter(map(tuple, last.excluded.tolist()))  # its positives, both ways, left out of its sampling
+    assert pairs == Counter(zip(last.src.tolist(), last.dst.tolist())) + Counter(zip(last.dst.tolist(),
+                                                                                    last.src.tolist()))
     again = LinkEpoch(indptr, indices, spec, seed=2, epoch=1, buckets=buckets, capacity=c)
     np.testing.assert_array_equal(again[len(epoch) - 1].negatives, epoch[len(epoch) - 1].negatives)
     if p > c:  # another epoch meets the partitions in another order
@@ -93,9 +96,11 @@ def dataset(tmp_path_factory):
                                 progress=False))
 
 
-def sample(ds, seeds, fanouts, sampler=Sampler(), rows=0, masks=()):
+def sample(ds, seeds, fanouts, sampler=Sampler(), rows=0, masks=(), exclude=None):
+    extra = {} if exclude is None else {"exclude_pairs": np.asarray(exclude, np.int64).reshape(-1, 2),
+                                        "exclude_offsets": [0, len(exclude)]}
     recs = _native.sample_batches(open_graph(ds), np.asarray(seeds, np.int64), [0, len(seeds)], [17], fanouts, 3, 1,
-                                  **sampler.native(), partition_rows=rows, batch_masks=list(masks))
+                                  **sampler.native(), partition_rows=rows, batch_masks=list(masks), **extra)
     return parse_record(recs[0], 0)
 
 
@@ -127,6 +132,31 @@ def test_a_masked_batch_samples_only_among_its_partitions(dataset, fanouts, samp
             assert picked.size == want and np.isin(picked, allowed).all()
             if fanouts[h] == -1:
                 assert Counter(picked.tolist()) == Counter(allowed.tolist())
+
+
+@pytest.mark.parametrize("fanouts,rows,masks", [([-1, -1], 0, ()), ([2, 2], 0, ()), ([-1], 40, [0b10101])])
+def test_excluded_edges_are_never_sampled(dataset, fanouts, rows, masks):
+    """A link batch's positives (and their reverses) left out of its neighbourhoods, at every hop: the oracle is
+    each node's in-neighbours less the excluded edges into it (and cut to the mask's partitions)."""
+    indptr, indices = np.asarray(dataset.indptr), np.asarray(dataset.indices)
+    seeds = np.array([5, 81, 160, 198])
+    exclude = [(int(indices[indptr[v]]), int(v)) for v in seeds if indptr[v + 1] > indptr[v]]
+    exclude += [(int(indices[indptr[v] + 1]), int(v)) for v in (17, 33) if indptr[v + 1] - indptr[v] > 1]
+    exclude += [(5, 81), (7, 7), (81, 5)]  # pairs that may not be edges at all
+    held = [q for q in range(5) if masks and masks[0] >> q & 1]
+    batch = sample(dataset, seeds, fanouts, Sampler(), rows, masks, exclude)
+    nodes = batch.nodes
+    for h, block in enumerate(batch.blocks):
+        for i in range(block.num_dst):
+            v = nodes[i]
+            nb = indices[indptr[v]: indptr[v + 1]]
+            allowed = [u for u in nb.tolist() if (u, v) not in exclude and (not held or u // rows in held)]
+            picked = nodes[block.indices[block.indptr[i]: block.indptr[i + 1]]].tolist()
+            want = len(allowed) if fanouts[h] == -1 else min(fanouts[h], len(allowed))
+            assert len(picked) == want and not Counter(picked) - Counter(allowed)
+    if fanouts[0] == -1:  # something was left out
+        assert sample(dataset, seeds, fanouts, Sampler(), rows, masks).blocks[0].indices.size > \
+            batch.blocks[0].indices.size
 
 
 def test_bad_masks_are_refused(dataset):
