@@ -34,6 +34,17 @@ def oracle_csc(n, src, dst, undirected=False, self_loops=False, drop_self_loops=
     return np.concatenate([[0], np.cumsum(counts)]), indices
 
 
+def edge_list(n: int, e: int, loops: int, seed: int = 0):
+    """(n, src, dst, indptr, indices): `e` random edges, the first `loops` of them self-loops, and their CSC with
+    every edge kept (duplicates too: each is a positive of its own)."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, e), rng.integers(0, n, e)
+    src[:loops] = dst[:loops]
+    order = np.lexsort((src, dst))
+    indptr = np.r_[0, np.cumsum(np.bincount(dst[order], minlength=n))]
+    return n, src, dst, indptr, src[order].astype(np.int32)
+
+
 def random_graph(n=199, e=1500, d=7, classes=5, seed=0):
     rng = np.random.default_rng(seed)
     return dict(

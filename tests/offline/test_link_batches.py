@@ -7,26 +7,17 @@ import pytest
 
 from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
 
-
-def csc(n, src, dst):
-    order = np.lexsort((src, dst))
-    src, dst = src[order], dst[order]
-    return np.r_[0, np.cumsum(np.bincount(dst, minlength=n))], src.astype(np.int32)
+from conftest import edge_list
 
 
 @pytest.fixture
 def graph():
-    rng = np.random.default_rng(0)
-    n = 199
-    src, dst = rng.integers(0, n, 1200), rng.integers(0, n, 1200)
-    src[:7] = dst[:7]  # self-loops: no positives
-    return n, src, dst
+    return edge_list(199, 1200, loops=7)  # self-loops: no positives
 
 
 @pytest.mark.parametrize("batch_size", [1, 64, 199, 5000])
 def test_an_epoch_holds_every_non_loop_edge_once(graph, batch_size):
-    n, src, dst = graph
-    indptr, indices = csc(n, src, dst)
+    n, src, dst, indptr, indices = graph
     epoch = LinkEpoch(indptr, indices, LinkSpec(batch_size, chunks=3, negatives=5), seed=0, epoch=0)
     assert len(epoch) == -(-1200 // batch_size)
     seen = Counter()
@@ -41,8 +32,7 @@ def test_an_epoch_holds_every_non_loop_edge_once(graph, batch_size):
 
 
 def test_batches_are_a_function_of_seed_epoch_and_index(graph):
-    n, src, dst = graph
-    indptr, indices = csc(n, src, dst)
+    n, src, dst, indptr, indices = graph
     spec = LinkSpec(100, chunks=2, negatives=4, degree_fraction=0.5)
     a, again = LinkEpoch(indptr, indices, spec, seed=1, epoch=2), LinkEpoch(indptr, indices, spec, seed=1, epoch=2)
     for b in (5, 0, 11):  # any order, any process
@@ -61,8 +51,7 @@ def test_an_edgeless_graph_has_no_batches():
 
 
 def test_held_out_batches_keep_the_edges_order_and_draw_their_own_negatives(graph):
-    n, src, dst = graph
-    indptr, indices = csc(n, src, dst)
+    n, src, dst, indptr, indices = graph
     held = np.stack([src[:2500 % 1200], dst[:2500 % 1200]], axis=1)[:199]
     ev = LinkEpoch.held_out(held, indptr, indices, negatives=50, split_key=1)
     assert len(ev) == 1

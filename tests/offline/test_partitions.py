@@ -16,7 +16,7 @@ from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
 from diskgnn.offline.partitions import EdgeBuckets, buffer_plan, buffer_states, partition_rows
 from diskgnn.offline.sample import Sampler, open_graph, parse_record
 
-from conftest import random_graph, write_npy_dir
+from conftest import edge_list, random_graph, write_npy_dir
 
 
 @pytest.mark.parametrize("p,c", [(1, 1), (2, 2), (5, 2), (8, 3), (16, 4), (64, 6), (7, 9)])
@@ -32,26 +32,15 @@ def test_buffer_states_cover_every_pair_once_one_swap_apart(p, c):
         assert len(states) - 1 <= (p * (p + 1) // 2 - c * (c + 1) // 2)
 
 
-def csc(n, src, dst):
-    order = np.lexsort((src, dst))
-    src, dst = src[order], dst[order]
-    return np.r_[0, np.cumsum(np.bincount(dst, minlength=n))], src.astype(np.int32)
-
-
 @pytest.fixture
 def graph():
-    rng = np.random.default_rng(0)
-    n = 199
-    src, dst = rng.integers(0, n, 1500), rng.integers(0, n, 1500)
-    src[:5] = dst[:5]  # self-loops: no positives
-    return n, src, dst
+    return edge_list(199, 1500, loops=5)  # self-loops: no positives
 
 
 @pytest.mark.parametrize("p,c,batch_size", [(1, 1, 64), (4, 2, 1), (7, 3, 50), (8, 8, 5000), (64, 5, 33)])
 def test_a_partitioned_epoch_trains_every_edge_once_inside_its_buffer(graph, tmp_path, p, c, batch_size):
     """199 nodes: the last partition is short; 64 partitions of 4 rows: the last ones are empty."""
-    n, src, dst = graph
-    indptr, indices = csc(n, src, dst)
+    n, src, dst, indptr, indices = graph
     buckets = EdgeBuckets.train(indptr, indices, p, tmp_path / "b.bin")
     rows = partition_rows(n, p)
     spec = LinkSpec(batch_size, chunks=3, negatives=6, degree_fraction=0.5)
