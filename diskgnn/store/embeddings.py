@@ -222,8 +222,8 @@ class EmbeddingTable:
         """Journals the pre-images of rows not yet logged this interval, then writes the rows in place. Row by row,
         the rows are read first, all of them, by the reader's parallel reads: their pages are then in the page
         cache, and each write copies into one instead of waiting for its page to be read (measured on a 9M-row
-        table under a 1 GiB cap: 3 s a batch of 25k rows, every one a synchronous page read). A partition's
-        rows, consecutive, are written whole pages: only the unlogged ones are read."""
+        table under a 1 GiB cap: 3 s a batch of 25k rows, every one a synchronous page read). A leaving partition's
+        dirty rows are mostly long runs of whole pages, so only the unlogged ones are read, for their pre-images."""
         if self.part_rows:
             fresh = ids[~self.logged[ids]]
             self._log(fresh, self._read(fresh))
