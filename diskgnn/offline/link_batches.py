@@ -172,14 +172,3 @@ class _StateSources:
 
     def __getitem__(self, picks: np.ndarray) -> np.ndarray:
         return np.asarray(self.epoch.indices[state_positions(self.epoch.buckets, self.state, picks)], np.int64)
-
-
-class _Seeds:
-    def __init__(self, batches: LinkEpoch):
-        self.batches = batches
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __getitem__(self, b: int) -> np.ndarray:
-        return self.batches[b].seeds

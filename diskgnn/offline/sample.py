@@ -239,11 +239,13 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
 
     def restriction(links) -> dict:
-        excluded = [b.excluded for b in links if b.excluded is not None]
-        return {"partition_rows": partition_rows, "batch_masks": [b.mask for b in links],
-                **({"exclude_pairs": np.concatenate(excluded) if excluded else np.zeros((0, 2), np.int64),
-                    "exclude_offsets": np.r_[0, np.cumsum([len(e) for e in excluded])].tolist()}
-                   if len(excluded) == len(links) and links else {})}
+        """The sampler's options for a partitioned epoch's group of batches: their masks and (train) positives."""
+        out = {"partition_rows": partition_rows, "batch_masks": [b.mask for b in links]}
+        excluded = [b.excluded for b in links]
+        if links and excluded[0] is not None:  # an epoch's batches all exclude theirs, or none does
+            out.update(exclude_pairs=np.concatenate(excluded),
+                       exclude_offsets=np.r_[0, np.cumsum([len(e) for e in excluded])].tolist())
+        return out
     num_batches = len(batches)
     if every_batch:
         index = np.arange(shard[0], min(num_batches, num_batches if max_batches is None else max_batches), shard[1])

@@ -148,7 +148,7 @@ class TrainConfig:
     embedding_lr: float = field(default=0.1, metadata={"help": "embeddings: the optimizer's learning rate"})
     embedding_cache: str = field(default="auto", metadata={
         "help": "embeddings: memory for their hot rows, or the partitions' buffer (auto: half of what the budget "
-                "leaves after the working set; partitioned, all of it)"})
+                "leaves after the working set; partitioned, 3/4 of it)"})
     embedding_partitions: int = field(default=0, metadata={
         "help": "embeddings, link: MariusGNN's order: the table in P (2-64) partitions, as many as --embedding-cache "
                 "holds in memory at once, each batch's edges, negatives and neighbours among them (0: row by row)"})
