@@ -123,8 +123,10 @@ class Loader:
             raise DiskgnnError(f"{self.data}: {what} make fewer than {group.world} batches of {cfg.batch_size}: "
                                "every rank needs one (lower --batch-size)")
         copies = disk_copies(cfg, train_items(ds, cfg), *(self.eval_size(s) for s in ("val", "test")))
+        # a resumed run's embedding table and journal are on disk already, and counted by the plan again
+        held = sum(f.stat().st_size for f in (self.workdir / "embeddings").glob("*.bin"))
         plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.epoch0_rows(), copies, self.workdir,
-                           shutil.disk_usage(self.workdir).free)
+                           shutil.disk_usage(self.workdir).free + held)
         self.say(plan.placed_line(self.workdir))
         if cfg.eval == "sampled":
             # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.

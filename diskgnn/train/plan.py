@@ -201,9 +201,11 @@ class Plan:
         the tiers, the recent-rows tier and the packs, and the disk `copies` epochs' samples and packs take at
         once, with headroom (refused with one line where the workdir's file system lacks it)."""
         packs_bytes = rows["pack_bytes"]
-        disk = int(copies * (packs_bytes + samples_bytes) * defaults.DISK_HEADROOM)
+        # beside them, --embeddings' table and its undo journal (each row once an interval at most), edge buckets
+        disk = int(copies * (packs_bytes + samples_bytes) * defaults.DISK_HEADROOM) + 2 * self.embedding_table \
+            + (8 * self.num_edges if self.embedding_buffer else 0)
         if disk > disk_free:
-            raise DiskgnnError(f"{workdir}: needs ~{format_size(disk)} of disk for samples and packs, "
+            raise DiskgnnError(f"{workdir}: needs ~{format_size(disk)} of disk for samples, packs and embeddings, "
                                f"{format_size(disk_free)} free (use --workdir elsewhere, raise the "
                                "cache budgets or set --max-blowup)")
         rates = dict(zip(placement.tier_names, placement.expected_hit_rates))
