@@ -78,9 +78,10 @@ def memory(num_nodes: int, feature_dim: int, batch_size: int, fanouts, *, featur
     last_edges = rows // (1 + fanouts[-1]) * fanouts[-1] if fanouts else 0
     scratch = workers * (70 * rows + 32 * last_edges)
     fixed = RUNTIME_BYTES + 12 * num_nodes
-    sampling = feature_cache + neigh_cache + scratch  # a superbatch sampled beside the cache still trained from
-    change_set = feature_cache + 8 * sb_size * rows
-    return {"input_rows": rows, "peak_bytes": fixed + max(sampling, change_set),
+    sampling = fixed + feature_cache + neigh_cache + scratch  # a superbatch sampled beside the cache trained from
+    change_set = fixed + feature_cache + 8 * sb_size * rows
+    return {"input_rows": rows, "sampling_bytes": sampling, "change_set_bytes": change_set,
+            "peak_bytes": max(sampling, change_set),
             "cached_rows": max(0, (feature_cache - 4 * num_nodes) // (4 * feature_dim))}
 
 
@@ -101,9 +102,8 @@ def cache_plan(num_nodes: int, feature_dim: int, batch_size: int, fanouts, cap_b
     sb_size = max(1, min(SB_SIZE, MAX_SB, 1 + spare // 2 // per_batch))
     # Each cache grows by the same share: twice it in the sampling phase (both caches), once in the change
     # set's (the feature cache alone); the largest share both phases hold.
-    sampling = memory(num_nodes, feature_dim, batch_size, fanouts, sb_size=1, **tables)["peak_bytes"]
-    change_set = RUNTIME_BYTES + 12 * num_nodes + tables["feature_cache"] + 8 * sb_size * base["input_rows"]
-    share = max(0, min((room - sampling) // 2, room - change_set))
+    change_set = memory(num_nodes, feature_dim, batch_size, fanouts, sb_size=sb_size, **tables)["change_set_bytes"]
+    share = max(0, min((room - base["sampling_bytes"]) // 2, room - change_set))
     caches = {k: v + share for k, v in tables.items()}
     m = memory(num_nodes, feature_dim, batch_size, fanouts, sb_size=sb_size, **caches)
     return {"feature_cache_bytes": caches["feature_cache"], "neigh_cache_bytes": caches["neigh_cache"],
