@@ -127,7 +127,7 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
         return {"error": why, "not_installed": True}
     out = work / f"{name}-{cap_text}"
     try:
-        return peer_row(name, out, data, args, export_peer(peer, data, out, args, cap_text), timeout)
+        return peer_row(peer, out, data, args, export_peer(peer, data, out, args, cap_text), timeout)
     finally:
         shutil.rmtree(out, ignore_errors=True)  # a full copy of the features: gigabytes on W1
 
@@ -140,13 +140,13 @@ def export_peer(peer, data: Path, out: Path, args, cap_text: str) -> float:
     return time.perf_counter() - t0
 
 
-def peer_row(name: str, out: Path, data: Path, args, export_s: float, timeout: float | None) -> dict:
-    """Runs the peer of an export (the page cache dropped first) and makes its row."""
-    from .peers import ginex, marius
+def peer_row(peer, out: Path, data: Path, args, export_s: float, timeout: float | None) -> dict:
+    """Runs a peer (bench.peers.marius or .ginex) on its export (the page cache dropped first) and makes its row."""
     from .peers.common import read_export_info
 
+    name = peer.__name__.rsplit(".", 1)[1]
     drop_caches()
-    row = {"marius": marius, "ginex": ginex}[name].run(out, timeout=timeout)
+    row = peer.run(out, timeout=timeout)
     plan = read_export_info(out)["options"].get("buffer_plan", {})
     if row["status"] != "ok" or not row.get("epoch_times_s"):
         return {"error": f"{name}: {row['status']}: {row.get('why', '')}", "row": row}
@@ -183,7 +183,7 @@ def marius_at_target(data: Path, work: Path, args, cap_text: str, diskgnn: dict,
             else:
                 export_s = export_s if export_s is not None else export_peer(marius, data, out, args, cap_text)
                 marius.set_buffer(out, capacity)
-                row = peer_row("marius", out, data, args, export_s, args.loop_timeout)
+                row = peer_row(marius, out, data, args, export_s, args.loop_timeout)
             if max(row.get("val_acc_per_epoch") or [-1.0]) >= target:
                 return {**row, "target_val_acc": target}
     finally:
