@@ -117,7 +117,8 @@ class Loader:
         if cfg.sampling == "online":
             return plan
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
-        placement = self.epochs.plan_placement(list(plan.tiers.items()), keep_counts=bool(cfg.embeddings))
+        placement = self.epochs.plan_placement(list(plan.tiers.items()), keep_counts=bool(cfg.embeddings)
+                                                 and not plan.embedding_buffer)  # the hot rows' placement needs them
         if len(self.epochs.files(0).samples) == 0:
             what = f"{ds.num_edges:,} train edges" if cfg.task == "link" else f"{self.train_ids.size:,} train seeds"
             raise DiskgnnError(f"{self.data}: {what} make fewer than {group.world} batches of {cfg.batch_size}: "

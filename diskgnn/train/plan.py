@@ -168,7 +168,7 @@ class Plan:
     squeezed: bool  # fewer reads in flight or smaller packer buffers than the defaults, to fit
     pack_floor: int  # the packer's buffers at least (0: online sampling packs nothing)
     tiers: dict[str, int]  # memory tier -> bytes, fastest first
-    embedding_dim: int  # --embeddings; its table's bytes on disk (values and Adagrad state), its hot rows' in memory
+    embedding_dim: int  # --embeddings; its table's bytes on disk (values and optimizer state), its hot rows' in memory
     embedding_table: int
     embedding_host: int
     embedding_buffer: tuple[int, int] | None  # --embedding-partitions: (P, partitions in memory at once)
@@ -396,4 +396,3 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     pack_memory = floor + min(defaults.MAX_PACK_MEMORY - floor, spare // 2)
     return dataclasses.replace(plan, page_cache=page_cache, topology_bytes=topology, topology_read_ahead=read_ahead,
                                pack_memory=pack_memory)
-
