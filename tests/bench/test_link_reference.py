@@ -41,3 +41,14 @@ def test_a_tiny_run_learns_and_reports_the_best_val_epoch(link_data, capsys):
         assert all(0 <= m[k] <= 1 for k in ("mrr", "hits@1", "hits@10", "auc", "all_nodes_mrr")), m
     assert r["held_out"] == {s: open_dataset(link_data).manifest["edge_split"][s] for s in ("val", "test")}
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith('{"system": "pyg_reference"')
+
+
+def test_the_csr_adjacency_encodes_as_the_edge_list_does(link_data):
+    pytest.importorskip("torch_geometric", reason="the reference's encoder is PyG's GraphSAGE")
+    from torch_geometric.nn.models import GraphSAGE
+
+    ds = open_dataset(link_data)
+    x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
+    torch.manual_seed(0)
+    encoder = GraphSAGE(ds.feature_dim, 8, num_layers=2, out_channels=8)
+    assert torch.allclose(encoder(x, ref.adjacency(ds)), encoder(x, ref.graph_edges(ds)), atol=1e-6)
