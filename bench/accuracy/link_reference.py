@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import sys
 import time
 
 import numpy as np
@@ -107,6 +108,8 @@ def train(args) -> dict:
             h = encoder(x, adj_t)
             val = evaluate(h, decoder, held["val"])
         history.append({"epoch": epoch, "loss": float(loss.detach()), **val})
+        print(f"epoch {epoch}: loss {history[-1]['loss']:.4f}, val MRR {val['mrr']:.4f}, AUC {val['auc']:.4f} "
+              f"({time.perf_counter() - start:.0f} s)", file=sys.stderr, flush=True)
         if val["mrr"] > best["mrr"]:
             best = {**val, "epoch": epoch, "state": (copy.deepcopy(encoder.state_dict()),
                                                      copy.deepcopy(decoder.state_dict()))}
