@@ -34,7 +34,6 @@ class LinkBatch:
     negatives: np.ndarray  # int64 [C, K] global ids, shared by a chunk's edges
     seeds: np.ndarray  # int64, sorted and unique: every node above
     partitions: tuple[int, ...] | None = None  # a partitioned epoch's: the buffer state it trains in
-    then: tuple[int, ...] | None = None  # and the epoch's next state, if any (its partition is read ahead)
     exclude: bool = False  # its positives are left out of its sampled neighbourhoods (a partitioned train batch)
 
     @property
@@ -149,17 +148,16 @@ class LinkEpoch:
         src, dst = self._edges(b)
         rng = np.random.default_rng([*self.keys, b])
         draw = {"num_nodes": self.num_nodes, "indices": self.indices}
-        state = then = None
+        state = None
         if self.buckets is not None:
-            s = self.state_of(b)
-            state, then = self.states[s], self.states[s + 1].partitions if s + 1 < len(self.states) else None
+            state = self.states[self.state_of(b)]
             rows, n = self.buckets.rows, self.num_nodes
             draw = {**draw, "indices": _StateSources(self, state),
                     "uniform": lambda r, chunk_of, shape: buffer_negatives(r, state, rows, n, shape)}
         chunk_of, negatives = chunk_negatives(rng, src.size, chunks=self.spec.chunks, per_chunk=self.spec.negatives,
                                               degree_fraction=self.spec.degree_fraction, **draw)
         seeds = np.unique(np.concatenate([src, dst, negatives.ravel()]))
-        return LinkBatch(src, dst, chunk_of, negatives, seeds, None if state is None else state.partitions, then,
+        return LinkBatch(src, dst, chunk_of, negatives, seeds, None if state is None else state.partitions,
                          exclude=state is not None)
 
 

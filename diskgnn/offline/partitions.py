@@ -41,20 +41,14 @@ def partition_rows(num_nodes: int, partitions: int) -> int:
     return max(1, -(-num_nodes // partitions))
 
 
-def buffer_plan(partitions: int, num_nodes: int, table_bytes: int, memory: int) -> tuple[int, int, int]:
-    """(P, the partitions a buffer state holds, spare blocks) for a table of `table_bytes` in `memory`: every
-    partition where they fit; else, from four blocks on, one of them is spare, the next state's partition read
-    into it while a state trains (store/partition_buffer.py); refused below two."""
+def buffer_plan(partitions: int, num_nodes: int, table_bytes: int, memory: int) -> tuple[int, int]:
+    """(P, the partitions `memory` holds at once, at most P) for a table of `table_bytes`; refused below two."""
     one = partition_rows(num_nodes, partitions) * (table_bytes // max(1, num_nodes))
-    blocks = memory // one
-    if blocks < min(2, partitions):
+    if memory // one < min(2, partitions):
         raise UsageError(f"--embedding-partitions {partitions}: a partition is {format_size(one)} and the buffer "
                          f"gets {format_size(memory)}, less than two (raise --embedding-partitions, --embedding-cache "
                          "or --memory-budget)")
-    if blocks >= partitions:
-        return partitions, partitions, 0
-    spare = int(blocks >= 4)
-    return partitions, blocks - spare, spare
+    return partitions, min(partitions, memory // one)
 
 
 def buffer_states(partitions: int, capacity: int) -> list[tuple[tuple[int, ...], list[tuple[int, int]]]]:

@@ -8,8 +8,8 @@ newest first:
 
 - the hot rows, held in memory for the run: the rows the known future reads most (the access counts of
   epoch 0's offline samples, as for the feature tiers), updated in memory and written at checkpoints; or,
-  partitioned (store/partition_buffer.py: MariusGNN's buffer), the rows of the partitions the current buffer
-  state holds, each partition read whole (ahead, where a block is spare) and written back when it leaves;
+  partitioned (`use_partitions`: MariusGNN's buffer, offline/partitions.py), the rows of the partitions the
+  current buffer state holds, each partition read whole when it enters and written back when it leaves;
 - rows waiting to be written: a batch's updated cold rows, queued to the writer thread, read from the
   queue until their write is done (so a batch never reads an older copy than the step before wrote);
 - the table file, read through the page cache (the writes go there, and O_DIRECT reads would each wait
@@ -39,7 +39,6 @@ from ..data.files import guard_io, temp_path, write_atomic
 from ..errors import DiskgnnError
 from ..io.reader import FileReader
 from .journal import UndoJournal
-from .partition_buffer import FLUSH_BYTES, PartitionBuffer
 
 FORMAT = "diskgnn-embeddings"
 OPTIMIZERS = ("adagrad", "adam")
@@ -47,6 +46,7 @@ EPS = 1e-10  # Adagrad's, added to the root of the state
 ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.SparseAdam's defaults
 INIT_BLOCK = 1 << 16  # rows initialised per random stream (the table is the same whatever the memory)
 WRITE_QUEUE = 2  # batches of rows waiting for the writer at most: bounds the memory they take
+FLUSH_BYTES = 16 << 20  # dirty hot rows written (and their pre-images journaled) at a time
 
 
 def state_width(dim: int, optimizer: str) -> int:
@@ -104,7 +104,7 @@ def sparse_adam(records: torch.Tensor, grad: torch.Tensor, lr: float, step: int)
 UPDATES = {"adagrad": adagrad, "adam": sparse_adam}
 
 
-class EmbeddingTable(PartitionBuffer):
+class EmbeddingTable:
     """The table of a run's workdir (`directory`): create it (`create=True`, a fresh run) or open it and roll
     it back to checkpoint `generation` (--resume); see the module's docstring."""
 
@@ -129,7 +129,7 @@ class EmbeddingTable(PartitionBuffer):
         self.reader = FileReader(self.path, "pread", direct=False)
         self.stats = {"rows_hot": 0, "rows_queued": 0, "rows_disk": 0, "bytes_read": 0, "bytes_written": 0,
                       "journal_bytes": 0, "rows_rolled_back": 0, "write_s": 0.0, "write_wait_s": 0.0,
-                      "partitions_read": 0, "partitions_written": 0, "buffer_s": 0.0, "ahead_s": 0.0}
+                      "partitions_read": 0, "partitions_written": 0, "buffer_s": 0.0}
         self.logged = np.zeros(num_nodes, bool)  # rows whose pre-image this interval's journal holds
         self.generation = generation
         self._recover(generation)
@@ -262,6 +262,66 @@ class EmbeddingTable(PartitionBuffer):
         self.hot_ids, self.hot_dirty = hot_ids, np.zeros(hot_ids.size, bool)
         self.slot[hot_ids] = np.arange(hot_ids.size, dtype=np.int32)
 
+    def use_partitions(self, rows: int, capacity: int) -> None:
+        """Partitioned from now on (once, before training): a buffer of `capacity` partitions of `rows` rows,
+        filled by `hold`."""
+        self.part_rows, self.held = rows, [-1] * capacity
+        self.hot = torch.zeros((capacity * rows, self.dim + self.state))
+        self.hot_ids = np.full(capacity * rows, -1, np.int64)
+        self.hot_dirty = np.zeros(capacity * rows, bool)
+
+    def hold(self, partitions) -> None:
+        """Makes the buffer hold `partitions` (at most its capacity): each one it lacks takes the block of one it
+        holds but is not asked for, whose dirty rows are written back first, then is read whole, its rows'
+        pre-images journaled as they arrive where this interval has not logged them."""
+        wanted = set(partitions)
+        missing = [p for p in partitions if p not in self.held]
+        if not missing:
+            return
+        start = time.perf_counter()
+        self._todo.join()  # nothing queued is newer than what is read now
+        self._raise_failed()
+        free = [k for k, p in enumerate(self.held) if p not in wanted]
+        for part, block in zip(missing, free):
+            self._evict(block)
+            self._load(part, block)
+        self.stats["buffer_s"] += time.perf_counter() - start
+
+    def _block(self, block: int) -> slice:
+        return slice(block * self.part_rows, (block + 1) * self.part_rows)
+
+    def _evict(self, block: int) -> None:
+        if self.held[block] < 0:
+            return
+        span = self._block(block)
+        ids, dirty = self.hot_ids[span], np.flatnonzero(self.hot_dirty[span])
+        step = max(1, FLUSH_BYTES // self.row_bytes)
+        for part in (dirty[i: i + step] for i in range(0, dirty.size, step)):
+            self._write(ids[part], self.hot[span][torch.from_numpy(part)].numpy())
+        self.stats["partitions_written"] += int(dirty.size > 0)
+        self.slot[ids[ids >= 0]] = -1
+        self.hot_ids[span], self.hot_dirty[span], self.held[block] = -1, False, -1
+
+    def _load(self, part: int, block: int) -> None:
+        first = part * self.part_rows
+        count = max(0, min(self.num_nodes, first + self.part_rows) - first)
+        rows = self.hot.numpy()[self._block(block)][:count]
+        view = rows.view(np.uint8).reshape(-1)
+        step = max(1, FLUSH_BYTES // self.row_bytes)
+        for at in range(0, count, step):  # sequential reads into the buffer itself, pre-images journaled
+            chunk = view[at * self.row_bytes: (at + step) * self.row_bytes]
+            done = guard_io(self.path, lambda: os.preadv(self.fd, [chunk], (first + at) * self.row_bytes))
+            if done != chunk.size:
+                raise DiskgnnError(f"{self.path}: {done} of {chunk.size} bytes read at row {first + at}: the table "
+                                   "is short")
+            self._log(np.arange(first + at, first + at + chunk.size // self.row_bytes), rows[at: at + step])
+        span = self._block(block)
+        self.hot_ids[span.start: span.start + count] = np.arange(first, first + count)
+        self.slot[first: first + count] = np.arange(span.start, span.start + count, dtype=np.int32)
+        self.held[block] = part
+        self.stats["bytes_read"] += view.size
+        self.stats["partitions_read"] += 1
+
     def gather(self, ids: np.ndarray) -> torch.Tensor:
         """Records [len(ids), D + state] (values, optimizer state), newest copies; ids unique."""
         self._raise_failed()
@@ -312,7 +372,6 @@ class EmbeddingTable(PartitionBuffer):
     def flush(self) -> None:
         """Everything trained so far on disk and synced (the writer drained, the dirty hot rows written): the
         table as the checkpoint about to be saved has it."""
-        self.settle()
         self._todo.join()
         self._raise_failed()
         dirty = np.flatnonzero(self.hot_dirty)
@@ -331,8 +390,6 @@ class EmbeddingTable(PartitionBuffer):
     def close(self) -> None:
         """Stops the writer (what it has is written) and closes the files; the table is as the last flush left
         it plus any queued rows, which the next --resume rolls back if no checkpoint followed."""
-        if self._ahead is not None:  # not raised: a run that stops on an error closes here
-            self._ahead.join()
         if self._writer.is_alive():
             self._todo.put(None)
             self._writer.join()

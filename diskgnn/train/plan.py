@@ -171,7 +171,7 @@ class Plan:
     embedding_dim: int  # --embeddings; its table's bytes on disk (values and optimizer state), its hot rows' in memory
     embedding_table: int
     embedding_host: int
-    embedding_buffer: tuple[int, int, int] | None  # --embedding-partitions: (P, partitions a state, spare blocks)
+    embedding_buffer: tuple[int, int] | None  # --embedding-partitions: (P, partitions in memory at once)
     workload: str  # the model and the batches, as the memory line names them
     batch_rows: int = 0  # a batch's input rows at most (batch_layers): what the pipeline's slabs are made for
     page_cache: int = 0  # what the budget leaves beyond the working set and the host cache
@@ -239,15 +239,15 @@ class Plan:
             + f"; device {self.device}; {self.workload}",
         ]
         if self.embedding_dim:
-            parts, held, spare = self.embedding_buffer or (0, 0, 0)
+            parts, held = self.embedding_buffer or (0, 0)
             out.append(f"plan: --embeddings {self.embedding_dim}: a table of {self.num_nodes:,} rows of values and "
                        f"optimizer state = {format_size(self.embedding_table)} on disk in the workdir; "
                        + (f"{format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), the rest "
                           "read per batch and written back in id order behind an undo journal" if not parts else
-                          f"{parts} partitions of {format_size(self.embedding_table // parts)}, {held} a buffer state"
-                          + (" and one more read ahead" if spare else "") + f" ({format_size(self.embedding_host)}), "
-                          "each read and written back whole (behind an undo journal) as the epoch's buffer states "
-                          "turn; a batch's edges, negatives and neighbours are among them"))
+                          f"{parts} partitions of {format_size(self.embedding_table // parts)}, {held} in memory at once "
+                          f"({format_size(self.embedding_host)}), each read and written back whole (behind an undo "
+                          "journal) as the epoch's buffer states turn; a batch's edges, negatives and neighbours are "
+                          "among them"))
         if self.device != "cpu":
             out.append(f"plan: {self.host_gather.line}")
         if self.sampling == "online":
@@ -330,7 +330,7 @@ def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag
         sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
         rows=(lambda samples: OwnedRows(samples, group.rank, group.world, cfg.owner, plan.num_nodes)) if coop else None,
         eval_batch_size=cfg.batch_size * (group.world if coop else 1), eval_shard=(group.rank, group.world),
-        hag=None if coop else hag, link=cfg.link_spec, partitions=plan.embedding_buffer and plan.embedding_buffer[:2])
+        hag=None if coop else hag, link=cfg.link_spec, partitions=plan.embedding_buffer)
 
 
 def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:

@@ -66,8 +66,8 @@ class Run:
                        "the checkpoint from the undo journal")
         counts, loader.epochs.counts0 = loader.epochs.counts0, None  # read once: 4 bytes a node freed
         if loader.plan.embedding_buffer:  # partitioned: the batches' buffer states fill it (inputs)
-            parts, capacity, spare = loader.plan.embedding_buffer
-            self.embeddings.use_partitions(partition_rows(loader.ds.num_nodes, parts), capacity, spare)
+            self.embeddings.use_partitions(partition_rows(loader.ds.num_nodes, loader.plan.embedding_buffer[0]),
+                                           loader.plan.embedding_buffer[1])
         else:
             self.embeddings.place(hottest_first(counts)[: loader.plan.embedding_host // self.embeddings.row_bytes])
 
@@ -77,9 +77,7 @@ class Run:
         if self.embeddings is None:
             return mb.x, None
         if mb.link is not None and mb.link.partitions is not None:
-            self.embeddings.hold(mb.link.partitions, mb.link.then)
-        else:  # rows outside the buffer are read: no partition may be on its way in
-            self.embeddings.settle()
+            self.embeddings.hold(mb.link.partitions)
         records = self.embeddings.gather(mb.input_nodes)
         # a leaf over the records' own values (Adagrad updates them in place after the backward pass)
         values = records[:, : self.cfg.embeddings].detach().to(mb.x.device).requires_grad_(train)

@@ -88,29 +88,25 @@ def partitioned_batches(n: int, parts: int, capacity: int, steps: int, seed: int
 
 
 def train_partitioned(table: EmbeddingTable, work, checkpoint_every: int = 0, start: int = 0):
-    """The steps of `work`, each state's next one read ahead where the buffer has a spare block."""
     for s, (held, ids, grad) in enumerate(work[start:], start):
-        table.hold(held, work[s + 1][0] if s + 1 < len(work) else None)
+        table.hold(held)
         table.step(ids, table.gather(ids), grad)
         if checkpoint_every and (s + 1) % checkpoint_every == 0:
             table.flush()
             table.committed((s + 1) // checkpoint_every)
 
 
-@pytest.mark.parametrize("spare", [0, 1])
 @pytest.mark.parametrize("n,dim,parts,capacity", [(1, 3, 1, 1), (199, 4, 8, 3), (199, 4, 64, 5), (64, 1024, 4, 2)])
-def test_a_partition_buffer_matches_a_dense_table(tmp_path, n, dim, parts, capacity, spare):
-    """199 rows in 8 partitions: the last one short; in 64: the last ones empty; rows of 4100 bytes; with a
-    spare block, the next state's partitions read ahead (a thread) while a state trains."""
+def test_a_partition_buffer_matches_a_dense_table(tmp_path, n, dim, parts, capacity):
+    """199 rows in 8 partitions: the last one short; in 64: the last ones empty; rows of 4100 bytes."""
     work = partitioned_batches(n, parts, capacity, 15, seed=n + parts, dim=dim)
     table = EmbeddingTable(tmp_path / "e", n, dim, seed=3, lr=LR, create=True, init_bytes=4096 * 3)
-    table.use_partitions(partition_rows(n, parts), capacity, spare)
+    table.use_partitions(partition_rows(n, parts), capacity)
     train_partitioned(table, work)
     expect = oracle(n, dim, 3, [(ids, grad) for _, ids, grad in work])
     assert np.array_equal(table.gather(np.arange(n)).numpy(), expect)  # buffered rows and written-back ones
     if parts > capacity:
         assert table.stats["partitions_read"] > capacity and table.stats["partitions_written"] > 0
-        assert (table.stats["ahead_s"] > 0) == bool(spare)
     table.flush()
     assert np.array_equal(stored(table), expect)
     table.close()
@@ -164,13 +160,11 @@ def test_kill_during_write_back_then_resume_ends_bit_identical(tmp_path, die_aft
     table.close()
 
 
-@pytest.mark.parametrize("spare", [0, 1])
 @pytest.mark.parametrize("die_after", [1, 4, 9, 17])
-def test_kill_during_a_partition_write_back_then_resume_ends_bit_identical(tmp_path, die_after, spare):
-    """Killed in the training thread's write-backs, or (spare block) in the read-ahead thread's."""
+def test_kill_during_a_partition_write_back_then_resume_ends_bit_identical(tmp_path, die_after):
     n, dim, every, parts, capacity = 199, 5, 4, 6, 2
     work = partitioned_batches(n, parts, capacity, 24, seed=die_after, dim=dim)
-    layout = (partition_rows(n, parts), capacity, spare)
+    layout = (partition_rows(n, parts), capacity)
     assert killed_child(tmp_path / "e", n, dim, work, every, die_after, partitions=layout), "too few writes"
     gen = int.from_bytes((tmp_path / "e" / "journal.bin").read_bytes()[8:16], "little")
     table = EmbeddingTable(tmp_path / "e", n, dim, seed=1, lr=LR, create=False, generation=gen)

@@ -165,7 +165,7 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     with pytest.raises(DiskgnnError, match="needs ~10.3 KiB of disk"):
         plan.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=10_000)
     # --embeddings: the table and its journal, and partitioned, the edge buckets (int64 positions at most)
-    embedded = dataclasses.replace(plan, embedding_table=4000, embedding_buffer=(4, 2, 0))
+    embedded = dataclasses.replace(plan, embedding_table=4000, embedding_buffer=(4, 2))
     assert embedded.placed(placement, 1000, rows, 2.5, tmp_path, 1 << 30).disk_needed == 18_500 + 8 * ds.num_edges
     recent = make_plan(ds, feature_source(ds), config(train_data, tmp_path, sampler="labor", batch_dependency=8))
     assert recent.recent_batches == 1 and recent.working_set > plan.working_set
