@@ -24,6 +24,7 @@ import copy
 import json
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -46,7 +47,10 @@ def adjacency(ds) -> torch.Tensor:
     """The train graph as PyG's adj_t: a CSR matrix whose row v holds v's in-neighbours, diskgnn's own CSR."""
     indptr = torch.from_numpy(np.array(ds.indptr, dtype=np.int64))
     indices = torch.from_numpy(np.array(ds.indices, dtype=np.int64))
-    return torch.sparse_csr_tensor(indptr, indices, torch.ones(len(indices)), size=(ds.num_nodes, ds.num_nodes))
+    with warnings.catch_warnings():  # torch calls its CSR support beta, once per process
+        warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
+        return torch.sparse_csr_tensor(indptr, indices, torch.ones(len(indices)), size=(ds.num_nodes, ds.num_nodes),
+                                       check_invariants=True)
 
 
 def known_by_source(ds, edge_index: torch.Tensor) -> dict[int, np.ndarray]:

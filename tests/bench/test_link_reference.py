@@ -52,3 +52,44 @@ def test_the_csr_adjacency_encodes_as_the_edge_list_does(link_data):
     torch.manual_seed(0)
     encoder = GraphSAGE(ds.feature_dim, 8, num_layers=2, out_channels=8)
     assert torch.allclose(encoder(x, ref.adjacency(ds)), encoder(x, ref.graph_edges(ds)), atol=1e-6)
+
+
+@pytest.mark.parametrize("batch_size", [1, 47])
+def test_diskgnn_link_batches_with_whole_neighbourhoods_score_as_the_reference(link_data, tmp_path, batch_size):
+    """diskgnn's out-of-core link batches (fanouts -1,-1: every in-neighbour) and the reference's whole-graph PyG
+    encoder, given the same weights: the same edges and negatives, the same seed outputs and the same loss."""
+    pytest.importorskip("torch_geometric", reason="the reference's encoder is PyG's GraphSAGE")
+    from torch_geometric.nn.models import GraphSAGE
+
+    import diskgnn
+    from diskgnn.nn.link import batch_scores, link_loss
+    from diskgnn.nn.models import GNN
+    from diskgnn.offline.link_batches import LinkSpec
+
+    ds = open_dataset(link_data)
+    x = torch.from_numpy(np.array(ds.features, dtype=np.float32))
+    torch.manual_seed(0)
+    ours = GNN("sage", ds.feature_dim, 8, 8, 2, 0.0)
+    theirs = GraphSAGE(ds.feature_dim, 8, num_layers=2, out_channels=8)
+    with torch.no_grad():
+        for conv, layer in zip(theirs.convs, ours.layers):  # PyG's lin_l: neighbours, with the bias; lin_r: self
+            conv.lin_l.weight.copy_(layer.neigh_lin.weight)
+            conv.lin_l.bias.copy_(layer.self_lin.bias)
+            conv.lin_r.weight.copy_(layer.self_lin.weight)
+        whole = theirs(x, ref.adjacency(ds))
+    decoder = Decoder("dot", 8)
+    reference = LinkEpoch(ds.indptr, ds.indices, LinkSpec(batch_size, 2, 5), seed=3, epoch=0)
+    with diskgnn.Loader(link_data, task="link", fanouts="-1,-1", batch_size=batch_size, chunks=2, negatives=5,
+                        seed=3, epochs=1, memory_budget="1GiB", workdir=str(tmp_path / "w"), progress=False) as loader:
+        seen = 0
+        for mb in loader.epoch(0):
+            theirs_batch = reference[mb.batch.index]
+            assert np.array_equal(mb.link.src, theirs_batch.src) and np.array_equal(mb.link.negatives,
+                                                                                     theirs_batch.negatives)
+            with torch.no_grad():
+                h = ours(mb.blocks, mb.x)
+                assert torch.allclose(h, whole[torch.from_numpy(mb.link.seeds)], atol=1e-5)
+                assert link_loss(*batch_scores(decoder, h, mb.link, mb.link.local), "bce").item() == pytest.approx(
+                    link_loss(*batch_scores(decoder, whole, theirs_batch), "bce").item(), rel=1e-5)
+            seen += 1
+    assert seen == len(reference)
