@@ -12,10 +12,9 @@ train graph (given as its CSR adjacency, so PyG aggregates with a sparse matrix 
 row per edge: the same means, 4x faster on Amazon Computers) and scores the batch's edges against their chunks'
 --negatives corrupted destinations. After each epoch the val edges are ranked; the epoch with the best val MRR
 gives the test metrics. Evaluation ranks each held-out edge's destination against the --eval-negatives nodes its
-eval batch shares (diskgnn's
-held-out batches: 1,000 edges each, negatives drawn uniformly from a stream of their own, the same for every
-system and training seed); with --all-nodes, against every node too, filtered: the source's other known
-edges (train, val, test) are not negatives. The last line printed is the result as JSON.
+eval batch shares (diskgnn's held-out batches: 1,000 edges each, negatives drawn uniformly from a stream of their
+own, the same for every system and training seed); with --all-nodes, against every node too, filtered: the
+source's other known edges (train, val, test) are not negatives. The last line printed is the result as JSON.
 """
 
 from __future__ import annotations
