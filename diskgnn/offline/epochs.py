@@ -136,10 +136,14 @@ class OfflineEpochs:
         return LinkEpoch(ds.indptr, ds.indices, spec.link, seed=spec.seed, epoch=epoch, buckets=self._buckets,
                          capacity=0 if spec.partitions is None else spec.partitions[1])
 
-    def plan_placement(self, budgets: list[tuple[str, int]], keep_counts: bool = False) -> Placement:
-        """Samples epoch 0 and places the hottest rows in the tiers (name, byte budget); `keep_counts`: its
-        access counts stay as `counts0` (learnable embeddings place their hot rows from them too)."""
+    def sample_first(self) -> int:
+        """Samples epoch 0: the most input rows one of its batches reads, as this rank's store sees them."""
         self._samples0 = self.sample(0)
+        return max((int(b.nodes.size) for b in self.rows(self._samples0)), default=0)
+
+    def plan_placement(self, budgets: list[tuple[str, int]], keep_counts: bool = False) -> Placement:
+        """Places epoch 0's hottest rows (sample_first) in the tiers (name, byte budget); `keep_counts`: its
+        access counts stay as `counts0` (learnable embeddings place their hot rows from them too)."""
         start = time.perf_counter()
         counts = access_counts([self.rows(self._samples0)], self.dataset.num_nodes)
         self.placement = place(counts, self.source.row_bytes, budgets)

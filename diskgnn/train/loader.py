@@ -47,7 +47,8 @@ from ..offline.link_batches import LinkEpoch
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from .config import TrainConfig, from_options, save
-from .plan import Plan, disk_copies, make_plan, offline_spec, train_items
+from .plan import Plan, disk_copies, make_plan, measured, offline_spec
+from .working_set import train_items
 
 EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
 
@@ -95,7 +96,8 @@ class Loader:
         self.trained = {"batches": 0, "input_rows": 0, "destinations": [], "seeds": 0}
         # Tier hits and bytes and disk bytes, summed over finished train passes.
         self.accounting = {"tiers": {}, "disk_bytes": 0}
-        self.plan = make_plan(self.ds, self.source, cfg)  # decides the device, the precision, the host gather
+        # decides the device, the precision, the host gather
+        self.plan = make_plan(self.ds, self.source, cfg, self.group.world)
         self.device = self.plan.device
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
         self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
@@ -117,6 +119,12 @@ class Loader:
         if cfg.sampling == "online":
             return plan
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
+        most = self.epochs.sample_first()
+        sized = measured(plan, ds, self.source, cfg, group.world, most)
+        if sized is not plan:
+            self.say(sized.measured_line(plan.batch_rows, most))
+            plan = sized  # and the packer's buffers and the topology's read-ahead follow it from here on
+            self.epochs.spec = offline_spec(plan, cfg, self.source, group, self.hag)
         placement = self.epochs.plan_placement(list(plan.tiers.items()), keep_counts=bool(cfg.embeddings)
                                                  and not plan.embedding_buffer)  # the hot rows' placement needs them
         if len(self.epochs.files(0).samples) == 0:

@@ -30,7 +30,7 @@ from ..nn.models import GNN
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
-from .plan import output_dim
+from .working_set import output_dim
 from .run import Run
 
 METRIC = {"node": "acc", "link": "mrr"}  # the val metric that picks the best epoch, and the summary's name for it

@@ -23,31 +23,19 @@ from ..data.features import FeatureSource
 from ..data.quantize import fidelity
 from ..data.format import Dataset
 from ..errors import DiskgnnError, UsageError
-from ..nn.models import activation_bytes, layer_dims
 from ..distributed.cooperative import OwnedRows
 from ..offline.epochs import EpochSpec
 from ..offline.partitions import buffer_plan
 from ..offline.sample import topology_bytes
-from ..store.embeddings import row_bytes as embedding_row_bytes, working_bytes as embedding_bytes
-from ..store.store import HELD_BEYOND_READS
+from ..store.embeddings import row_bytes as embedding_row_bytes
 from ..store.uva import HostGather, host_gather
 from ..units import format_size
 from .config import TrainConfig
+from .working_set import batch_layers, working_set
 
-
-def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple[int, int, int]]:
-    """Upper bounds on each model layer's (source rows, destination rows, edges) for one batch, input
-    layer first; the first layer's sources are the batch's input rows."""
-    hops = [batch_size]  # nodes first reached at each hop, seeds first
-    for f in fanouts:
-        hops.append(ds.num_nodes if f < 0 else hops[-1] * f)
-    reached = [min(ds.num_nodes, sum(hops[: k + 1])) for k in range(len(hops))]
-    layers = []
-    for k in range(len(fanouts), 0, -1):  # the block from hop k's nodes into hop k - 1's
-        f = fanouts[k - 1]
-        edges = ds.num_edges if f < 0 else min(ds.num_edges, reached[k - 1] * f)
-        layers.append((reached[k], reached[k - 1], edges))
-    return layers
+# A batch's input rows against epoch 0's most, where the plan is sized from them (measured). The largest
+# batches of W2's epochs at 1,024 seeds differ by 0.1 % (34,207-34,231 rows); slabs grow past it if need be.
+MEASURED_ROWS_HEADROOM = 1.1
 
 
 def _splits(ds: Dataset, cfg: TrainConfig) -> dict:
@@ -55,16 +43,6 @@ def _splits(ds: Dataset, cfg: TrainConfig) -> dict:
         return {"train edges (the graph's)": ds.num_edges,
                 **{f"{s} edges": len(ds.held_out_edges(s)) for s in ("val", "test")}}
     return {s: int(ds.split(s).size) for s in ("train", "val", "test")}
-
-
-def output_dim(ds: Dataset, cfg: TrainConfig) -> int:
-    """The model's output width: a score per class, or (--task link) a representation of --hidden values."""
-    return cfg.hidden if cfg.task == "link" else ds.num_classes
-
-
-def train_items(ds: Dataset, cfg: TrainConfig) -> int:
-    """What an epoch's batches are cut from: train nodes, or (--task link) the graph's edges."""
-    return ds.num_edges if cfg.task == "link" else int(ds.split("train").size)
 
 
 def disk_copies(cfg, train: int, val: int, test: int) -> float:
@@ -79,44 +57,6 @@ def disk_copies(cfg, train: int, val: int, test: int) -> float:
         copies += (cut(val, cfg.eval_max_batches) + cut(test, cfg.eval_max_batches)) / max(1, cut(train,
                                                                                                     cfg.max_batches))
     return copies
-
-
-def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
-                pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32", device: str = "cpu") -> int:
-    """Host memory the run needs besides its caches: an estimate, checked against the budget. `precision`: the
-    step's on a CPU."""
-    layers = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)
-    rows = layers[0][0]
-    tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    if device == "cpu":
-        # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
-        # the queues between), float32 model input after it (two queued, one being trained).
-        queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-        dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(layers))
-        activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
-        recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
-        host = queued + source.decode_bytes(rows) + activations + recent
-    else:
-        # Past the copy stage every row, block and activation is device memory (the recent-rows tier keeps
-        # device rows too): the host holds the batches' pinned slabs (rows, ids, the blocks' pinned tensors),
-        # the device tier's two fill buffers and the CUDA context.
-        slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
-        host = slabs + 2 * defaults.DEVICE_FILL_CHUNK + defaults.CUDA_BASE_RSS
-    packs = pack_plan_bytes(ds, cfg, rows) if source.row_bytes else 0  # a featureless dataset packs nothing
-    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(
-        ds.num_nodes, cfg.embeddings, cfg.embedding_optimizer, rows)
-
-
-def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int) -> int:
-    """The packer's plan while it packs an epoch beside training (offline sampling): at most every input
-    row of every batch of the epoch packed (W1 at fanouts 10,5 packs 0.48 of that bound with 10 % cached)."""
-    if cfg.sampling == "online":
-        return 0
-    batches = -(-train_items(ds, cfg) // cfg.batch_size)
-    if cfg.max_batches is not None:
-        batches = min(batches, cfg.max_batches)
-    recent_table = 8 * ds.num_nodes if cfg.recent_window else 0  # the batch and position each node was last read
-    return defaults.PACK_PLAN_BYTES_PER_ROW * rows * batches + recent_table
 
 
 def resolve_precision(cfg: TrainConfig, device: str) -> str:
@@ -173,7 +113,7 @@ class Plan:
     embedding_host: int
     embedding_buffer: tuple[int, int] | None  # --embedding-partitions: (P, partitions in memory at once)
     workload: str  # the model and the batches, as the memory line names them
-    batch_rows: int = 0  # a batch's input rows at most (batch_layers): what the pipeline's slabs are made for
+    batch_rows: int = 0  # a batch's input rows at most (batch_layers', or measured): what slabs are made for
     page_cache: int = 0  # what the budget leaves beyond the working set and the host cache
     topology_bytes: int = 0
     topology_read_ahead: bool = False
@@ -230,13 +170,7 @@ class Plan:
                "rows, decoded on the training device" if self.row_bytes else ": no features, nothing to pack or read"),
             *([f"plan: --features {self.features} fidelity {fidelity.summary(self.features_fidelity)}"]
               if self.features_fidelity else []),
-            f"plan: memory budget {self.budget_text}: working set ~{format_size(self.working_set)} with reads of "
-            f"{self.read_depth} batches in flight"
-            + (f" and packer buffers from {format_size(self.pack_floor)} (the defaults, {defaults.READ_DEPTH} "
-               f"and {format_size(defaults.PACK_MEMORY)}, do not fit)" if self.squeezed else "")
-            + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // max(1, self.row_bytes):,} rows)"
-                                for name, b in self.tiers.items())
-            + f"; device {self.device}; {self.workload}",
+            f"plan: memory budget {self.budget_text}: {self._memory_text()}; device {self.device}; {self.workload}",
         ]
         if self.embedding_dim:
             parts, held = self.embedding_buffer or (0, 0)
@@ -261,6 +195,18 @@ class Plan:
                        + f"; packer buffers {format_size(self.pack_memory)}")
         return out
 
+    def _memory_text(self) -> str:
+        return (f"working set ~{format_size(self.working_set)} with reads of {self.read_depth} batches in flight"
+                + (f" and packer buffers from {format_size(self.pack_floor)} (the defaults, {defaults.READ_DEPTH} "
+                   f"and {format_size(defaults.PACK_MEMORY)}, do not fit)" if self.squeezed else "")
+                + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // max(1, self.row_bytes):,} rows)"
+                                   for name, b in self.tiers.items()))
+
+    def measured_line(self, bound: int, most: int) -> str:
+        """measured()'s plan, against the `bound` on a batch's input rows it was planned with before."""
+        return (f"plan: epoch 0's batches read {most:,} input rows at most (the bound: {bound:,}); sized for "
+                f"{self.batch_rows:,}: {self._memory_text()}; packer buffers {format_size(self.pack_memory)}")
+
     def placed_line(self, workdir) -> str:
         rates = self.expected_hit_rates
         return ("plan: " + (f"no feature rows to read, {self.input_rows_per_batch:,.0f} nodes per batch" if not
@@ -282,7 +228,8 @@ class Plan:
              "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
              "working_set_bytes": self.working_set, "read_depth": self.read_depth,
              "features_fidelity": self.features_fidelity, "embedding_table_bytes": self.embedding_table,
-             "embedding_host_bytes": self.embedding_host, "embedding_buffer": self.embedding_buffer}
+             "embedding_host_bytes": self.embedding_host, "embedding_buffer": self.embedding_buffer,
+             "batch_rows": self.batch_rows}
         if self.sampling != "online":
             d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
                      page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
@@ -292,19 +239,20 @@ class Plan:
         return d
 
 
-def _fit(ds: Dataset, source: FeatureSource, cfg: TrainConfig, budget: int, host: int, precision: str,
-         device: str) -> tuple[int, int, int]:
+def _fit(source: FeatureSource, cfg: TrainConfig, budget: int, host: int,
+         working: Callable[[int, int], int]) -> tuple[int, int, int]:
     """(reads in flight, packer floor, working set): the deepest reads (--read-depth, or READ_DEPTH down to
-    1), then the larger packer floor, that the budget holds beside an explicit --host-cache."""
+    1), then the larger packer floor, that the budget holds beside an explicit --host-cache. `working`: the
+    working set with (reads in flight, packer floor)."""
     depths = [cfg.read_depth] if cfg.read_depth is not None else range(defaults.READ_DEPTH, 0, -1)
     packs_nothing = cfg.sampling == "online" or not source.row_bytes  # or a featureless dataset's
     floors = (0,) if packs_nothing else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
     for depth in depths:
         for pack in floors:
-            need = working_set(ds, source, cfg, depth, pack, precision, device)
+            need = working(depth, pack)
             if need + host <= budget:
                 return depth, pack, need
-    smallest = working_set(ds, source, cfg, depths[-1], floors[-1], precision, device)
+    smallest = working(depths[-1], floors[-1])
     if host and smallest <= budget:
         raise UsageError(f"--host-cache {cfg.host_cache} plus the working set (about {format_size(smallest)}) "
                            f"exceed --memory-budget {cfg.memory_budget}")
@@ -333,25 +281,37 @@ def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag
         hag=None if coop else hag, link=cfg.link_spec, partitions=plan.embedding_buffer)
 
 
-def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig) -> Plan:
-    """The plan of a run, before any work: refused with one line where the budget cannot hold it. The device,
-    the precision and the host tiers' way to the device are decided here (a calibration runs for
+def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int = 1) -> Plan:
+    """The plan of one of `world` ranks, before any work: refused with one line where the budget cannot hold it.
+    The device, the precision and the host tiers' way to the device are decided here (a calibration runs for
     --zero-copy auto on a GPU) and read from the plan everywhere else."""
     device = resolve_device(cfg.device)
     return plan_for(ds, source, cfg, device, resolve_precision(cfg, device),
-                    lambda: host_gather(device, cfg.zero_copy, source.row_bytes))
+                    lambda: host_gather(device, cfg.zero_copy, source.row_bytes), world)
+
+
+def measured(plan: Plan, ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int, most: int) -> Plan:
+    """The plan again once epoch 0 is sampled, sized for the `most` input rows one of its batches reads (with
+    headroom for later epochs') rather than the bound, which assumes no row is reached twice (W2 at 1,024
+    seeds: 62,464 rows, where 34,231 at most are read); the host cache and the page cache get what that frees.
+    Kept where evaluation or link batches may be larger than epoch 0's train batches."""
+    if cfg.task == "link" or cfg.eval_fanout_list != cfg.fanout_list:
+        return plan
+    rows = min(plan.batch_rows, int(most * MEASURED_ROWS_HEADROOM) + 1)
+    return plan_for(ds, source, cfg, plan.device, plan.precision, lambda: plan.host_gather, world, rows)
 
 
 def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str,
-             gather: Callable[[], HostGather]) -> Plan:
+             gather: Callable[[], HostGather], world: int = 1, rows: int | None = None) -> Plan:
     """make_plan's planning, the device's decisions given (`gather` is called once the budget is known to
-    hold the run: it may calibrate)."""
+    hold the run: it may calibrate); `rows`: a batch's input rows at most, where measured."""
     if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
     budget = cfg.budget_bytes
     explicit_host, explicit_emb = cfg.host_cache_bytes or 0, cfg.embedding_cache_bytes
-    depth, floor, need = _fit(ds, source, cfg, budget, explicit_host + (explicit_emb or 0), precision, device)
+    depth, floor, need = _fit(source, cfg, budget, explicit_host + (explicit_emb or 0), lambda depth, pack: working_set(
+        ds, source, cfg, depth, pack, precision, device, rows, world))
     features = ds.num_nodes * source.row_bytes
     # no tier larger than its rows; auto: half of what the budget leaves (the rest: page cache), embeddings' first
     table = ds.num_nodes * embedding_row_bytes(cfg.embeddings, cfg.embedding_optimizer)
@@ -382,7 +342,8 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
                  + (f"; task link (batches of {cfg.batch_size} edges in {cfg.chunks} chunks of {cfg.negatives} "
                     f"shared negatives, {cfg.degree_fraction:.0%} by degree; decoder {cfg.decoder}, loss "
                     f"{cfg.link_loss}; eval against {cfg.eval_negatives} negatives)" if cfg.task == "link" else ""),
-        batch_rows=batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0], recent_batches=cfg.recent_window)
+        batch_rows=rows or batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0],
+        recent_batches=cfg.recent_window)
     if cfg.sampling == "online":
         return plan
     # What the budget leaves to the page cache goes first to the topology (read ahead only where it

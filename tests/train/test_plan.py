@@ -14,8 +14,10 @@ from diskgnn.data.prepare import prepare
 from diskgnn.defaults import MIN_PACK_MEMORY, PACK_MEMORY, READ_DEPTH
 from diskgnn.errors import DiskgnnError
 from diskgnn.offline.sample import sample_epoch
+from diskgnn.units import format_size
 from diskgnn.train.loop import train
-from diskgnn.train.plan import batch_layers, working_set
+from diskgnn.train.plan import make_plan
+from diskgnn.train.working_set import batch_layers, working_set
 
 from conftest import random_graph, write_npy_dir
 from conftest import train_config as config
@@ -42,6 +44,7 @@ from diskgnn.memory import AnonPeak, limit_malloc_arenas, _status_kib
 from diskgnn.loading.blocks import sampled_blocks
 from diskgnn.nn.models import GNN, activation_bytes, layer_dims
 from diskgnn.offline.sample import sample_epoch
+from diskgnn.units import format_size
 limit_malloc_arenas()
 data, kind, work, precision = sys.argv[1:5]
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(defaults.ONEDNN_CACHE))  # as train.run does
@@ -99,10 +102,11 @@ def test_small_budget_reads_fewer_batches_ahead_and_packs_with_smaller_buffers(t
     cfg = config(train_data, tmp_path / "f", epochs=1, host_cache="auto")
     tight = working_set(ds, source, cfg, read_depth=2, pack_memory=MIN_PACK_MEMORY)
     assert tight < working_set(ds, source, cfg, read_depth=1, pack_memory=PACK_MEMORY)
-    summary = train(config(train_data, tmp_path / "f", epochs=1, host_cache="auto", memory_budget=str(tight)))
-    plan = summary["plan"]
-    assert plan["read_depth"] == 2 and plan["working_set_bytes"] == tight
-    assert MIN_PACK_MEMORY <= plan["pack_memory_bytes"] < PACK_MEMORY
+    squeezed = config(train_data, tmp_path / "f", epochs=1, host_cache="auto", memory_budget=str(tight))
+    plan = make_plan(ds, source, squeezed)
+    assert plan.read_depth == 2 and plan.working_set == tight
+    assert MIN_PACK_MEMORY <= plan.pack_memory < PACK_MEMORY
+    summary = train(squeezed)
     roomy = train(config(train_data, tmp_path / "g", epochs=1))
     assert roomy["plan"]["read_depth"] == READ_DEPTH and roomy["train_loss"] == summary["train_loss"]
     with pytest.raises(DiskgnnError, match="is too small"):  # an explicit depth is kept, not lowered
@@ -110,9 +114,43 @@ def test_small_budget_reads_fewer_batches_ahead_and_packs_with_smaller_buffers(t
                       read_depth=READ_DEPTH))
 
 
-def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
-    from diskgnn.train.plan import make_plan
+def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, capsys):
+    """Once epoch 0 is sampled, its largest batch (with headroom) replaces the bound on a batch's input rows,
+    which counts every reached row as new: the working set shrinks, the host cache gets half of what that frees,
+    and the plan says so. Not for batches that may outgrow epoch 0's (other eval fanouts)."""
+    from diskgnn.train.plan import MEASURED_ROWS_HEADROOM
 
+    ds = open_dataset(train_data)
+    source = feature_source(ds)
+    room = 20_000  # the bound's plan leaves the host cache 10,000 B of the 38,400 B of features
+    budget = str(working_set(ds, source, config(train_data, tmp_path), READ_DEPTH, PACK_MEMORY) + room)
+    cfg = config(train_data, tmp_path / "f", epochs=1, host_cache="auto", memory_budget=budget)
+    bound = make_plan(ds, source, cfg)
+    assert bound.tiers["host"] == room // 2
+    summary = train(cfg)
+    lines = capsys.readouterr().out.splitlines()
+    most = max(b.nodes.size for b in sample_epoch(ds, tmp_path / "s.samples", fanouts=cfg.fanout_list,
+                                                   batch_size=cfg.batch_size, seed=cfg.seed, epoch=0))
+    rows = int(most * MEASURED_ROWS_HEADROOM) + 1
+    assert most < rows < bound.batch_rows  # the bound counted rows reached twice
+    plan = summary["plan"]
+    assert plan["batch_rows"] == rows
+    assert plan["working_set_bytes"] == working_set(ds, source, cfg, READ_DEPTH, PACK_MEMORY, rows=rows)
+    assert plan["working_set_bytes"] < bound.working_set
+    assert plan["tier_budgets"]["host"] == min(ds.num_nodes * ds.row_bytes,
+                                               (cfg.budget_bytes - plan["working_set_bytes"]) // 2) > room // 2
+    assert [line for line in lines if "epoch 0's batches read" in line] == [
+        f"plan: epoch 0's batches read {most:,} input rows at most (the bound: {bound.batch_rows:,}); sized for "
+        f"{rows:,}: working set ~{format_size(plan['working_set_bytes'])} with reads of {READ_DEPTH} batches in "
+        f"flight, host cache {format_size(plan['tier_budgets']['host'])} ({plan['tier_rows']['host']:,} rows); "
+        f"packer buffers {format_size(plan['pack_memory_bytes'])}"]
+    unsized = train(config(train_data, tmp_path / "g", epochs=1, host_cache="auto", memory_budget=budget,
+                           eval_fanouts="8,8"))
+    assert unsized["plan"]["batch_rows"] == bound.batch_rows
+    assert unsized["plan"]["working_set_bytes"] == bound.working_set
+
+
+def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
     ds = open_dataset(train_data)
     source = feature_source(ds)
     cfg = config(train_data, tmp_path, host_cache="auto", memory_budget="1GiB")
@@ -134,8 +172,6 @@ def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
 
 
 def test_the_plan_squeezes_then_refuses(train_data, tmp_path):
-    from diskgnn.train.plan import make_plan
-
     ds = open_dataset(train_data)
     source = feature_source(ds)
     cfg = config(train_data, tmp_path, host_cache="auto")
@@ -151,8 +187,6 @@ def test_the_plan_squeezes_then_refuses(train_data, tmp_path):
 
 def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_path):
     from diskgnn.offline.placement import place
-    from diskgnn.train.plan import make_plan
-
     ds = open_dataset(train_data)
     plan = make_plan(ds, feature_source(ds), config(train_data, tmp_path))
     counts = np.arange(ds.num_nodes, dtype=np.int32)
@@ -193,7 +227,7 @@ def test_the_working_set_holds_the_packers_plan_for_an_epoch(train_data, tmp_pat
     """Offline sampling packs the next epoch beside training: the plan's ids and positions of up to every
     input row of the epoch count (W1's whole epochs at a 2 GiB cap were OOM-killed without them)."""
     from diskgnn.defaults import PACK_PLAN_BYTES_PER_ROW
-    from diskgnn.train.plan import pack_plan_bytes
+    from diskgnn.train.working_set import pack_plan_bytes
 
     ds = open_dataset(train_data)
     source = feature_source(ds)
@@ -202,6 +236,8 @@ def test_the_working_set_holds_the_packers_plan_for_an_epoch(train_data, tmp_pat
     batches = -(-int(ds.split("train").size) // cfg.batch_size)
     assert pack_plan_bytes(ds, cfg, rows) == PACK_PLAN_BYTES_PER_ROW * rows * batches
     assert pack_plan_bytes(ds, config(train_data, tmp_path, max_batches=1), rows) == PACK_PLAN_BYTES_PER_ROW * rows
+    # each of 4 ranks packs a fourth of the batches (its shard, or its rows of a fourth as many global batches)
+    assert pack_plan_bytes(ds, cfg, rows, world=4) == PACK_PLAN_BYTES_PER_ROW * rows * -(-batches // 4)
     online = config(train_data, tmp_path, sampling="online")
     assert pack_plan_bytes(ds, online, rows) == 0
     assert working_set(ds, source, cfg, 2, 0) - working_set(ds, source, online, 2, 0) == \
@@ -227,7 +263,8 @@ def test_with_a_device_the_host_holds_only_the_slabs_and_the_plan_gives_the_rest
     from diskgnn.defaults import CUDA_BASE_RSS, DEVICE_FILL_CHUNK, TRAIN_BASE_RSS
     from diskgnn.store.store import HELD_BEYOND_READS
     from diskgnn.store.uva import HostGather
-    from diskgnn.train.plan import pack_plan_bytes, plan_for
+    from diskgnn.train.plan import plan_for
+    from diskgnn.train.working_set import pack_plan_bytes
 
     ds = open_dataset(train_data)
     source = feature_source(ds)

@@ -8,7 +8,7 @@ from diskgnn.data.features import feature_source
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
 from diskgnn.train.loop import train
-from diskgnn.train.plan import working_set
+from diskgnn.train.working_set import working_set
 
 from conftest import train_config as config
 

@@ -1,0 +1,79 @@
+"""The host memory a run needs besides its caches, from the shape of its batches: what the plan checks against
+--memory-budget. Before sampling, a batch's input rows are bounded from the fanouts as if no row were reached
+twice; once epoch 0 is sampled the plan may size them from its batches instead (plan.measured)."""
+
+from __future__ import annotations
+
+from .. import defaults
+from ..data.features import FeatureSource
+from ..data.format import Dataset
+from ..nn.models import activation_bytes, layer_dims
+from ..store.embeddings import working_bytes as embedding_bytes
+from ..store.store import HELD_BEYOND_READS
+from .config import TrainConfig
+
+
+def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple[int, int, int]]:
+    """Upper bounds on each model layer's (source rows, destination rows, edges) for one batch, input
+    layer first; the first layer's sources are the batch's input rows."""
+    hops = [batch_size]  # nodes first reached at each hop, seeds first
+    for f in fanouts:
+        hops.append(ds.num_nodes if f < 0 else hops[-1] * f)
+    reached = [min(ds.num_nodes, sum(hops[: k + 1])) for k in range(len(hops))]
+    layers = []
+    for k in range(len(fanouts), 0, -1):  # the block from hop k's nodes into hop k - 1's
+        f = fanouts[k - 1]
+        edges = ds.num_edges if f < 0 else min(ds.num_edges, reached[k - 1] * f)
+        layers.append((reached[k], reached[k - 1], edges))
+    return layers
+
+
+def output_dim(ds: Dataset, cfg: TrainConfig) -> int:
+    """The model's output width: a score per class, or (--task link) a representation of --hidden values."""
+    return cfg.hidden if cfg.task == "link" else ds.num_classes
+
+
+def train_items(ds: Dataset, cfg: TrainConfig) -> int:
+    """What an epoch's batches are cut from: train nodes, or (--task link) the graph's edges."""
+    return ds.num_edges if cfg.task == "link" else int(ds.split("train").size)
+
+
+def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
+                pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32", device: str = "cpu",
+                rows: int | None = None, world: int = 1) -> int:
+    """Host memory the run needs besides its caches: an estimate, checked against the budget. `precision`: the
+    step's on a CPU; `rows`: a batch's input rows at most (default: batch_layers' bound); `world`: the ranks
+    (each packs its share of the epoch)."""
+    layers = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)
+    rows = layers[0][0] if rows is None else rows
+    tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
+    if device == "cpu":
+        # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
+        # the queues between), float32 model input after it (two queued, one being trained).
+        queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
+        dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(layers))
+        activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
+        recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
+        host = queued + source.decode_bytes(rows) + activations + recent
+    else:
+        # Past the copy stage every row, block and activation is device memory (the recent-rows tier keeps
+        # device rows too): the host holds the batches' pinned slabs (rows, ids, the blocks' pinned tensors),
+        # the device tier's two fill buffers and the CUDA context.
+        slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
+        host = slabs + 2 * defaults.DEVICE_FILL_CHUNK + defaults.CUDA_BASE_RSS
+    packs = pack_plan_bytes(ds, cfg, rows, world) if source.row_bytes else 0  # a featureless dataset packs nothing
+    return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(
+        ds.num_nodes, cfg.embeddings, cfg.embedding_optimizer, rows)
+
+
+def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int, world: int = 1) -> int:
+    """The packer's plan while it packs an epoch beside training (offline sampling): at most every input
+    row of every batch of the epoch packed (W1 at fanouts 10,5 packs 0.48 of that bound with 10 % cached). Each
+    of `world` ranks packs its shard of the batches, or (cooperative) its rows of the global batches: as many."""
+    if cfg.sampling == "online":
+        return 0
+    batches = -(-train_items(ds, cfg) // (cfg.batch_size * world))
+    if cfg.max_batches is not None:
+        batches = min(batches, cfg.max_batches)
+    recent_table = 8 * ds.num_nodes if cfg.recent_window else 0  # the batch and position each node was last read
+    return defaults.PACK_PLAN_BYTES_PER_ROW * rows * batches + recent_table
