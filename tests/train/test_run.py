@@ -4,11 +4,9 @@ import json
 
 import pytest
 
-from diskgnn.data.features import feature_source
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
 from diskgnn.train.loop import train
-from diskgnn.train.working_set import working_set
 
 from conftest import train_config as config
 
@@ -35,11 +33,13 @@ def test_training_learns_and_the_summary_has_every_field(train_data, tmp_path):
 
 def test_same_seed_same_result_and_online_sampling_sees_the_same_batches(train_data, tmp_path):
     a = train(config(train_data, tmp_path / "a"))
-    # b's budget is its working set plus a host cache of every row: no page cache left to read the topology into
+    # b's budget is its working set (as made again from epoch 0's batches: a's) plus a host cache of every row:
+    # no page cache left to read the topology into
     ds = open_dataset(train_data)
     features = ds.num_nodes * ds.row_bytes
-    need = working_set(ds, feature_source(ds), config(train_data, tmp_path))
+    need = a["plan"]["working_set_bytes"]
     b = train(config(train_data, tmp_path / "b", memory_budget=str(need + features), host_cache=str(features)))
+    assert b["plan"]["working_set_bytes"] == need and b["plan"]["page_cache_bytes"] == 0
     assert a["plan"]["topology_read_ahead"] and not b["plan"]["topology_read_ahead"]
     online = train(config(train_data, tmp_path / "c", sampling="online"))
     assert a["train_loss"] == b["train_loss"] and a["test_acc"] == b["test_acc"]
