@@ -33,10 +33,6 @@ from ..units import format_size
 from .config import TrainConfig
 from .working_set import batch_layers, working_set
 
-# A batch's input rows against epoch 0's most, where the plan is sized from them (measured). The largest
-# batches of W2's epochs at 1,024 seeds differ by 0.1 % (34,207-34,231 rows); slabs grow past it if need be.
-MEASURED_ROWS_HEADROOM = 1.1
-
 
 def _splits(ds: Dataset, cfg: TrainConfig) -> dict:
     if cfg.task == "link":
@@ -295,9 +291,9 @@ def measured(plan: Plan, ds: Dataset, source: FeatureSource, cfg: TrainConfig, w
     headroom for later epochs') rather than the bound, which assumes no row is reached twice (W2 at 1,024
     seeds: 62,464 rows, where 34,231 at most are read); the host cache and the page cache get what that frees.
     Kept where evaluation or link batches may be larger than epoch 0's train batches."""
-    if cfg.task == "link" or cfg.eval_fanout_list != cfg.fanout_list:
+    if cfg.task == "link" or cfg.eval_fanout_list != cfg.fanout_list or not defaults.MEASURED_ROWS_HEADROOM:
         return plan
-    rows = min(plan.batch_rows, int(most * MEASURED_ROWS_HEADROOM) + 1)
+    rows = min(plan.batch_rows, int(most * defaults.MEASURED_ROWS_HEADROOM) + 1)
     return plan_for(ds, source, cfg, plan.device, plan.precision, lambda: plan.host_gather, world, rows)
 
 

@@ -114,11 +114,13 @@ def test_small_budget_reads_fewer_batches_ahead_and_packs_with_smaller_buffers(t
                       read_depth=READ_DEPTH))
 
 
-def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, capsys):
+def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, capsys, monkeypatch):
     """Once epoch 0 is sampled, its largest batch (with headroom) replaces the bound on a batch's input rows,
     which counts every reached row as new: the working set shrinks, the host cache gets half of what that frees,
     and the plan says so. Not for batches that may outgrow epoch 0's (other eval fanouts)."""
-    from diskgnn.train.plan import MEASURED_ROWS_HEADROOM
+    from diskgnn import defaults
+    from diskgnn.defaults import MEASURED_ROWS_HEADROOM
+    from diskgnn.train.plan import measured
 
     ds = open_dataset(train_data)
     source = feature_source(ds)
@@ -148,6 +150,8 @@ def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, cap
                            eval_fanouts="8,8"))
     assert unsized["plan"]["batch_rows"] == bound.batch_rows
     assert unsized["plan"]["working_set_bytes"] == bound.working_set
+    monkeypatch.setattr(defaults, "MEASURED_ROWS_HEADROOM", 0.0)  # DISKGNN_MEASURED_ROWS_HEADROOM=0: the bound
+    assert measured(bound, ds, source, cfg, 1, most) is bound
 
 
 def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
