@@ -2,14 +2,13 @@
 
 `make_plan` turns (dataset, feature rows, configuration) into a `Plan`, deciding once what the rest of the
 run reads from it: the device, the precision, how host tiers' rows reach a GPU (zero copy or the CPU's
-gather, and why: under `--zero-copy auto` a short calibration measures both), the working set (bounded from
-each layer's largest possible sources, destinations and edges and the model's temporaries; with a device,
-only what stays on the host: the batches' pinned slabs), the reads in flight, each memory tier's bytes
-(learnable embeddings' hot rows or partition buffer first), the page cache left (the topology is read ahead
-into it where it fits), the packer's buffers. Where the budget cannot hold the defaults it reads fewer
-batches ahead and packs from smaller buffers before it refuses. `Plan.placed` adds epoch 0's expected hit
-rates and the disk the samples and packs take. The run, the plan's lines and summary.json's "plan" all read
-this one value.
+gather, and why: under `--zero-copy auto` a short calibration measures both), the working set
+(working_set.py), the reads in flight, each memory tier's bytes (learnable embeddings' hot rows or partition
+buffer first), the page cache left (the topology is read ahead into it where it fits), the packer's buffers.
+Where the budget cannot hold the defaults it reads fewer batches ahead and packs from smaller buffers before
+it refuses. Once epoch 0 is sampled, `measured` makes the plan again for its largest batch instead of the
+bound from the fanouts; `Plan.placed` adds epoch 0's expected hit rates and the disk the samples and packs
+take. The run, the plan's lines and summary.json's "plan" all read this one value.
 """
 
 from __future__ import annotations
