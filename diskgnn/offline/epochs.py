@@ -98,6 +98,8 @@ class OfflineEpochs:
         self.placement: Placement | None = None
         self._ready: dict[int, EpochFiles] = {}
         self._samples0: SampleFile | None = None
+        self._input_rows0 = 0  # epoch 0's input rows in all, counted by sample_first
+        self.counts0: np.ndarray | None = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._buckets: EdgeBuckets | None = None
@@ -137,17 +139,29 @@ class OfflineEpochs:
                          capacity=0 if spec.partitions is None else spec.partitions[1])
 
     def sample_first(self) -> int:
-        """Samples epoch 0: the most input rows one of its batches reads, as this rank's store sees them."""
+        """Samples epoch 0 and counts, in one pass over its batches as this rank's store sees them, how many read
+        each node (`counts0`, what placement ranks rows by) and how many input rows each reads: returns the most."""
         self._samples0 = self.sample(0)
-        return max((int(b.nodes.size) for b in self.rows(self._samples0)), default=0)
+        start = time.perf_counter()
+        sizes = []
+
+        def batches():
+            for batch in self.rows(self._samples0):
+                sizes.append(batch.nodes.size)
+                yield batch
+
+        self.counts0 = access_counts([batches()], self.dataset.num_nodes)
+        self._input_rows0 = int(sum(sizes))
+        self.phases["placement_s"] += time.perf_counter() - start
+        return int(max(sizes, default=0))
 
     def plan_placement(self, budgets: list[tuple[str, int]], keep_counts: bool = False) -> Placement:
         """Places epoch 0's hottest rows (sample_first) in the tiers (name, byte budget); `keep_counts`: its
         access counts stay as `counts0` (learnable embeddings place their hot rows from them too)."""
         start = time.perf_counter()
-        counts = access_counts([self.rows(self._samples0)], self.dataset.num_nodes)
-        self.placement = place(counts, self.source.row_bytes, budgets)
-        self.counts0 = counts if keep_counts else None
+        self.placement = place(self.counts0, self.source.row_bytes, budgets)
+        if not keep_counts:
+            self.counts0 = None
         self.phases["placement_s"] += time.perf_counter() - start
         return self.placement
 
@@ -165,7 +179,7 @@ class OfflineEpochs:
         total = packed * self.source.row_bytes + 4096 * len(self._samples0)
         if self.spec.max_blowup is not None:
             total = min(total, int(self.spec.max_blowup * self.dataset.num_nodes * self.source.row_bytes))
-        inputs = sum(int(b.nodes.size) for b in samples)
+        inputs = self._input_rows0
         return {"input_rows_per_batch": inputs / batches, "packed_rows": packed, "recent_rows": recent,
                 "input_rows": inputs, "pack_bytes": total}
 
