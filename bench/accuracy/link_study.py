@@ -35,26 +35,22 @@ EPOCHS = {"cora": 20, "citeseer": 20, "amazon_computers": 12, "coauthor_cs": 5}
 SETTINGS = {"amazon_computers": ({"--batch-size": "4096"}, {"--fanouts": "-1,-1", "--eval-fanouts": "-1,-1",
                                                            "--memory-budget": "4GiB"}),
             "coauthor_cs": ({"--batch-size": "4096", "--hidden": "64"}, {"--memory-budget": "8GiB"})}
-SHARED = ["--batch-size", "1024", "--chunks", "10", "--negatives", "100", "--hidden", "256", "--lr", "0.001",
-          "--dropout", "0", "--eval-negatives", "1000"]
-DISKGNN = ["--fanouts", "10,5", "--memory-budget", "2GiB", "--checkpoint-every", "off"]
+SHARED = {"--batch-size": "1024", "--chunks": "10", "--negatives": "100", "--hidden": "256", "--lr": "0.001",
+          "--dropout": "0", "--eval-negatives": "1000"}
+DISKGNN = {"--fanouts": "10,5", "--memory-budget": "2GiB", "--checkpoint-every": "off"}
 SYSTEMS = ("reference", "diskgnn")
 METRICS = ("mrr", "auc")
 BOUND = 1.0  # points, |diskgnn - reference| of the mean test MRR and AUC
 MARKERS = report_markers("bench.accuracy", "--study link")
 
 
-def settings(name: str, flags: list[str], which: int) -> list[str]:
-    """`flags` (SHARED's or DISKGNN's: flag, value pairs) with the dataset's SETTINGS[name][which] in place, each
-    pair one `flag=value` word (argparse takes `--fanouts -1,-1` for two flags)."""
-    return words({**pairs(flags), **SETTINGS.get(name, ({}, {}))[which]})
-
-
-def pairs(flags: list[str]) -> dict[str, str]:
-    return dict(zip(flags[::2], flags[1::2]))
+def settings(name: str, flags: dict[str, str], which: int) -> list[str]:
+    """`flags` (SHARED or DISKGNN) with the dataset's SETTINGS[name][which] in place."""
+    return words({**flags, **SETTINGS.get(name, ({}, {}))[which]})
 
 
 def words(flags: dict[str, str]) -> list[str]:
+    """Each flag and its value as one `flag=value` word: argparse takes `--fanouts -1,-1` for two flags."""
     return [f"{flag}={value}" for flag, value in flags.items()]
 
 
@@ -86,7 +82,7 @@ def link_study(args, names: list[str], work: Path, out: Path, md: Path, info: di
         lambda data, name, system, seed: run(data, name, system, seed, args.epochs or EPOCHS[name], work),
         lambda r: f"{r['dataset']} {r['system']} seed {r['seed']}: test MRR {r['mrr']:.4f}, AUC {r['auc']:.4f}",
         lambda runs: {"benchmark": "accuracy-link", "machine": info, "versions": versions(), "command": command,
-                      "seeds": seeds, "edge_split": EDGE_SPLIT, "shared": SHARED, "diskgnn": DISKGNN,
+                      "seeds": seeds, "edge_split": list(EDGE_SPLIT), "shared": SHARED, "diskgnn": DISKGNN,
                       "bound_points": BOUND, "runs": kept + runs, "aggregate": aggregate(kept + runs)}, out)
     return finish(result, None, table=table(result["aggregate"]), report=md, markers=MARKERS,
                   section=lambda _: markdown(result))
@@ -121,11 +117,13 @@ def table(rows: list[dict]) -> str:
 
 
 def markdown(result: dict) -> str:
+    def text(flags: dict[str, str]) -> str:
+        return " ".join(words(flags))
+
     shown = {r["dataset"] for r in result["aggregate"]}
-    own = "".join(f"; {name}: both `{' '.join(words(both))}`" + (f", diskgnn `{' '.join(words(ours))}`" if ours else "")
+    own = "".join(f"; {name}: both `{text(both)}`" + (f", diskgnn `{text(ours)}`" if ours else "")
                   for name, (both, ours) in SETTINGS.items() if name in shown)
-    both_text, diskgnn_text = (" ".join(words(pairs(flags))) for flags in (SHARED, DISKGNN))
     return (f"Test MRR and AUC (x 100, mean ± std over seeds {result['seeds'][0]}-{result['seeds'][-1]}) against "
             f"1,000 sampled negatives per batch of 1,000 held-out edges; edge split {result['edge_split']}; both "
-            f"systems `{both_text}`, diskgnn `{diskgnn_text}`{own}; difference: diskgnn minus the reference, "
+            f"systems `{text(SHARED)}`, diskgnn `{text(DISKGNN)}`{own}; difference: diskgnn minus the reference, "
             f"paired by seed, in points. `{result['command']}`\n\n" + table(result["aggregate"]))

@@ -119,7 +119,6 @@ def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, cap
     which counts every reached row as new: the working set shrinks, the host cache gets half of what that frees,
     and the plan says so. Not for batches that may outgrow epoch 0's (other eval fanouts)."""
     from diskgnn import defaults
-    from diskgnn.defaults import MEASURED_ROWS_HEADROOM
     from diskgnn.train.plan import measured
 
     ds = open_dataset(train_data)
@@ -133,7 +132,7 @@ def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, cap
     lines = capsys.readouterr().out.splitlines()
     most = max(b.nodes.size for b in sample_epoch(ds, tmp_path / "s.samples", fanouts=cfg.fanout_list,
                                                    batch_size=cfg.batch_size, seed=cfg.seed, epoch=0))
-    rows = int(most * MEASURED_ROWS_HEADROOM) + 1
+    rows = int(most * defaults.MEASURED_ROWS_HEADROOM) + 1
     assert most < rows < bound.batch_rows  # the bound counted rows reached twice
     plan = summary["plan"]
     assert plan["batch_rows"] == rows
