@@ -145,7 +145,7 @@ bench-smoke: setup
 # under a time limit so that the whole fits one 10-minute call, and prints one summary.
 GPU_PY    ?= python3
 GPU_LOGS  ?= build/gpu
-GPU_TESTS ?= tests/cuda tests/bench/test_bench_gpu_smoke.py tests/store tests/loading
+GPU_TESTS ?= tests/cuda tests/target tests/bench/test_bench_gpu_smoke.py tests/store tests/loading
 GPU_BENCH ?= --nodes 8000000 --budget 2GiB --device-caches 0,256MiB,all --batches 30
 GPU_LIB   := $(CURDIR)/build/gpu/root/usr/lib/x86_64-linux-gnu
 GPU_ENV   := CPATH=$(CURDIR)/build/gpu/root/usr/include LIBRARY_PATH=$(GPU_LIB) LD_LIBRARY_PATH=$(GPU_LIB) \

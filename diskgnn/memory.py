@@ -64,6 +64,11 @@ def _status_kib(field: str) -> int:
     return 0
 
 
+def anon_bytes() -> int:
+    """This process's anonymous resident memory now (RssAnon)."""
+    return _status_kib("RssAnon:") * 1024
+
+
 class AnonPeak:
     """The peak of this process's anonymous resident memory (RssAnon), sampled every `interval_s`.
 
@@ -79,13 +84,13 @@ class AnonPeak:
         import threading
 
         self.interval_s = interval_s
-        self.peak_bytes = _status_kib("RssAnon:") * 1024
+        self.peak_bytes = anon_bytes()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="diskgnn-memory", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.peak_bytes = max(self.peak_bytes, _status_kib("RssAnon:") * 1024)
+            self.peak_bytes = max(self.peak_bytes, anon_bytes())
 
     def __enter__(self) -> "AnonPeak":
         self._thread.start()
@@ -94,4 +99,4 @@ class AnonPeak:
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak_bytes = max(self.peak_bytes, _status_kib("RssAnon:") * 1024)
+        self.peak_bytes = max(self.peak_bytes, anon_bytes())

@@ -28,6 +28,11 @@ class TensorBlock:
     inv_deg: torch.Tensor  # float32[num_dst], 1 / max(deg, 1): a mean's scale (0 neighbours: a zero mean)
     inv_deg_self: torch.Tensor  # float32[num_dst], 1 / (deg + 1): the scale of a mean with the node itself
     hag: object = None  # its HAG (loading/hag.py), summed through on the CPU where it pays
+    # the kernels its sums and its layer's dropout run by where a target made it (diskgnn/target/); None: the
+    # CPU's native kernels on CPU rows, CSR products elsewhere
+    kernels: object = None
+    csr: tuple = ()  # with the GPU target's kernels: (A, A's transpose) as sparse CSR matrices, made once a batch
+    made: tuple = ()  # ... and the tensors made for them on the device (not views of the batch's record)
 
     @classmethod
     def from_csc(cls, indptr: np.ndarray, indices: np.ndarray, num_dst: int, num_src: int) -> "TensorBlock":
@@ -68,6 +73,8 @@ class TensorBlock:
 
     def _aggregate(self, h: torch.Tensor, scale: torch.Tensor | None, self_loop: bool) -> torch.Tensor:
         if h.dim() == 2 and h.dtype in (torch.float32, torch.bfloat16):
+            if self.kernels is not None:
+                return self.kernels.aggregate(self, h, scale, self_loop)
             return (NeighbourSum if h.device.type == "cpu" else CsrSum).apply(h, self, scale, self_loop)
         wide = torch.float32 if h.dtype in (torch.bfloat16, torch.float16) else h.dtype
         total = torch.zeros((self.num_dst,) + tuple(h.shape[1:]), dtype=wide, device=h.device)

@@ -9,6 +9,8 @@ known); this is the baseline offline sampling is measured against.
 Both move stored rows (features.bin's or a quantized variant's codes) and
 decode them into the model's float32 input as their last step, on the
 training device: in the copy stage with CUDA, in the assemble stage on a CPU.
+How a batch is laid out and moved is the run's target's (diskgnn/target/),
+which the loaders are handed and call.
 
 Stages: sample (decode the batch, build the blocks' tensors, look up labels)
 -> read (start the reads; `read_depth` batches in flight) -> assemble (wait,
@@ -24,11 +26,9 @@ import numpy as np
 import torch
 
 from ..data.features import FeatureSource, feature_source
-from ..offline.sample import NEIGHBOR, Batch, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
+from ..offline.sample import NEIGHBOR, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
 from ..store.store import FeatureStore
 from ..store.tiers import TierStats
-from .blocks import sampled_blocks
-from .hag import decode as hag_decode
 from .pipeline import Pipeline, Stage
 
 
@@ -39,7 +39,8 @@ class MiniBatch:
     global batch, and `input_nodes` the rows it reads. Under --task link `link` is the batch's LinkBatch (its
     edges and negatives; diskgnn/offline/link_batches.py), computed in the pipeline's first stage."""
 
-    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready", "salt", "link")
+    __slots__ = ("batch", "blocks", "labels", "label_source", "pending", "x", "share", "ready", "salt", "link",
+                 "record", "node_ids")
 
     def __init__(self, batch, blocks, labels, share=None, label_source=None, salt=(0,)):
         self.batch, self.blocks, self.labels, self.share = batch, blocks, labels, share
@@ -49,6 +50,8 @@ class MiniBatch:
         self.link = None
         self.x = None
         self.ready = None  # with CUDA: the event after the batch's copies, on the copy stream
+        self.record = None  # the GPU target's: the batch's structure as one int64 record (target/record.py)
+        self.node_ids = None  # the input rows' node ids where the step runs, where the target put them there
 
     def wait(self) -> None:
         """Makes the consumer's stream wait for the batch's copies (a no-op on a CPU), and ties the batch's
@@ -57,14 +60,24 @@ class MiniBatch:
             return
         stream = torch.cuda.current_stream(self.x.device)
         stream.wait_event(self.ready)
-        shared = [t for layer in self.share.layers for t in (layer.send, layer.gather)] if self.share else []
-        for t in (self.x, self.labels, *(t for b in self.blocks for t in b.tensors()), *shared):
+        if self.record is not None:  # the blocks and labels are views of the record's device buffer
+            self.pending.words.record_stream(stream)
+            held = [self.x, *(t for b in self.blocks for t in b.made)]
+        else:
+            shared = [t for layer in self.share.layers for t in (layer.send, layer.gather)] if self.share else []
+            held = [self.x, self.labels, *(t for b in self.blocks for t in b.tensors()), *shared]
+        for t in held:
             t.record_stream(stream)
         self.ready = None
 
     @property
     def y(self):
         return self.labels
+
+    @property
+    def rows(self) -> tuple:
+        """(salt, node ids of x's rows): what keys the step's dropout masks by node (nn/dropout.py)."""
+        return self.salt, self.input_nodes if self.node_ids is None else self.node_ids
 
     @property
     def input_nodes(self) -> np.ndarray:
@@ -83,44 +96,10 @@ class MiniBatch:
         return to_pyg(self)
 
 
-def _work(batch, labels: np.ndarray, device: str, cooperative=None, hag=None) -> MiniBatch:
-    """The batch's blocks and labels; with `cooperative` (a global batch -> this rank's Share), this rank's share:
-    its blocks, its seeds' labels, and as `batch` the input rows it reads. The blocks run the HAGs stored with the
-    batch (offline sampling), or those `hag` (a HagBuilder) finds now where they pay."""
-    share = None if cooperative is None else cooperative(batch)
-    salt = (int(batch.nodes[0]),) if batch.num_seeds else (0,)
-    seeds = batch.seeds if share is None else share.seed_ids
-    y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
-    stored = batch.hag_bytes if share is None else None
-    if share is None:
-        blocks = sampled_blocks(batch)
-    else:
-        blocks, batch = [layer.block for layer in share.layers], Batch(batch.index, share.input_ids, [], 0)
-    if device == "cpu":  # the HAG kernels are the CPU's
-        if stored is not None:
-            for block, found in zip(blocks, hag_decode(stored)[::-1]):  # the model's order
-                block.hag = found
-        elif hag is not None:
-            hag.attach(blocks)
-    if device != "cpu":
-        blocks = [b.pin_memory() for b in blocks]
-        y = y.pin_memory()
-    return MiniBatch(batch, blocks, y, share, labels, salt)
-
-
-def _to_device(work: MiniBatch, store: FeatureStore) -> MiniBatch:
-    """The batch's features (the store's to_device) and, with a device, its blocks and labels, copied on the
-    store's copy stream; `ready` marks their end."""
-    device = store.device
-    with store.stream():
-        work.x = store.to_device(work.pending)
-        if device != "cpu":
-            work.blocks = [b.to(device, non_blocking=True) for b in work.blocks]
-            work.labels = work.labels.to(device, non_blocking=True)
-            if work.share is not None:
-                work.share = work.share.to(device, work.blocks)
-        work.ready = store.ready_event()
-    return work
+def _work(batch, labels: np.ndarray, target, cooperative=None, hag=None) -> MiniBatch:
+    """The batch's MiniBatch without features, as the run's target (diskgnn/target/) lays it out; with
+    `cooperative` (a global batch -> this rank's Share), this rank's share of it. `hag`: a HagBuilder."""
+    return target.prepare(batch, labels, None if cooperative is None else cooperative(batch), hag)
 
 
 class _Loader:
@@ -129,6 +108,7 @@ class _Loader:
 
     store: FeatureStore
     read_depth: int
+    target: "object"  # the run's diskgnn.target.Target
 
     def _work(self, b: int) -> MiniBatch:
         raise NotImplementedError
@@ -136,20 +116,20 @@ class _Loader:
     def pipeline(self, order) -> Pipeline:
         """sample (the batch, its blocks and labels) -> read (the store's reads start) -> assemble (waited for,
         checked; on a CPU the model's input) -> copy (with a device: to it, on the copy stream)."""
-        store, on_cpu = self.store, self.store.device == "cpu"
+        store, target = self.store, self.target
 
         def read(work):
-            work.pending = store.start(work.batch)
+            work.pending = store.start(work.batch, work.record)
             return work
 
         def assemble(work):
             store.finish(work.pending)
-            return _to_device(work, store) if on_cpu else work
+            return work if target.copy_stage else target.transfer(work, store)
 
         stages = [Stage("sample", lambda b: self._work(int(b))), Stage("read", read, depth=self.read_depth),
                   Stage("assemble", assemble)]
-        if not on_cpu:
-            stages.append(Stage("copy", lambda work: _to_device(work, store)))
+        if target.copy_stage:
+            stages.append(Stage("copy", lambda work: target.transfer(work, store)))
         return Pipeline(order, stages)
 
     def stats(self) -> list[TierStats]:
@@ -159,19 +139,20 @@ class _Loader:
 class OfflineLoader(_Loader):
     """Batches of one sample file, features from a FeatureStore over its packs."""
 
-    def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, read_depth: int,
+    def __init__(self, sample_file: SampleFile, store: FeatureStore, labels: np.ndarray, read_depth: int, target,
                  cooperative=None, hag=None, link=None):
-        """`cooperative`: a global batch -> this rank's Share (diskgnn/distributed/cooperative.py), for the
-        batches of a cooperative run; the store then holds this rank's rows only. `hag`: a HagBuilder. `link`:
+        """`target`: where the batches go (diskgnn/target/; the store's assembly is its). `cooperative`: a global
+        batch -> this rank's Share (diskgnn/distributed/cooperative.py), for the batches of a cooperative run; the
+        store then holds this rank's rows only. `hag`: a HagBuilder. `link`:
         the LinkEpoch whose batch b the file's batch b was sampled for (--task link)."""
-        self.samples, self.store, self.labels = sample_file, store, labels
+        self.samples, self.store, self.labels, self.target = sample_file, store, labels, target
         self.read_depth, self.cooperative, self.hag, self.link = read_depth, cooperative, hag, link
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def _work(self, b: int) -> MiniBatch:
-        work = _work(self.samples[b], self.labels, self.store.device, self.cooperative, self.hag)
+        work = _work(self.samples[b], self.labels, self.target, self.cooperative, self.hag)
         if self.link is not None:
             work.link = self.link[work.batch.index]
         return work
@@ -185,20 +166,21 @@ class OnlineLoader(_Loader):
     a FeatureStore without packs or memory tiers."""
 
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
-                 labels: np.ndarray, device: str, read_depth: int, backend: str, graph=None,
+                 labels: np.ndarray, target, read_depth: int, backend: str, graph=None,
                  features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR, hag=None):
         self.fanouts, self.seed, self.epoch, self.sampler, self.hag = list(fanouts), seed, epoch, sampler, hag
         self.batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch))
-        self.labels, self.read_depth = labels, read_depth
+        self.labels, self.read_depth, self.target = labels, read_depth, target
         self.graph = graph or open_graph(dataset)
-        self.store = FeatureStore(dataset, None, None, device=device, backend=backend, tiers=[],
-                                  features=features or feature_source(dataset), read_depth=read_depth)
+        self.store = FeatureStore(dataset, None, None, device=target.device, backend=backend, tiers=[],
+                                  features=features or feature_source(dataset), read_depth=read_depth,
+                                  assembly=target.assembly())
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def _work(self, b: int) -> MiniBatch:
-        return _work(self.sample(b), self.labels, self.store.device, hag=self.hag)
+        return _work(self.sample(b), self.labels, self.target, hag=self.hag)
 
     def sample(self, b: int):
         """Batch b, identical to what sample_epoch writes for it (same stream key)."""

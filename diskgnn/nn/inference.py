@@ -37,14 +37,14 @@ def full_neighbour_logits(model, ds: Dataset, nodes: np.ndarray, workdir, *,
                           batch_size: int = defaults.INFERENCE_CHUNK,
                           device: str = "cpu", features: FeatureSource | None = None, hag=None) -> torch.Tensor:
     """The model's outputs for `nodes` with every neighbour of every layer (model in eval mode);
-    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag."""
+    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag (its
+    kernels are the CPU's)."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     indptr, indices = ds.indptr, ds.indices
     source = features or feature_source(ds)
     h, decode = source.rows, source.decode_torch
     layers = len(model.layers)
-    hag = hag if device == "cpu" else None  # the HAG kernels are the CPU's
     chunk = max(batch_size, defaults.INFERENCE_CHUNK)
     bounds = hag.bounds if hag is not None else list(range(0, ds.num_nodes, chunk)) + [ds.num_nodes]
     paths = []

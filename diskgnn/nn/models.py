@@ -169,21 +169,23 @@ class GNN(nn.Module):
         batch's salt, the node ids of the layer's output rows), to key dropout's masks by node (nn/dropout.py)."""
         h = self.layers[i](block, h)
         if i < len(self.layers) - 1:
-            h = self.dropout(h, relu=True, rows=None if nodes is None else ((*nodes[0], i), nodes[1]))
+            h = self.dropout(h, relu=True, rows=None if nodes is None else ((*nodes[0], i), nodes[1]),
+                             kernels=block.kernels)
         return h
 
-    def input_dropout(self, x: torch.Tensor, nodes: tuple | None = None) -> torch.Tensor:
+    def input_dropout(self, x: torch.Tensor, nodes: tuple | None = None, kernels=None) -> torch.Tensor:
         """GAT's dropout of the input rows (`nodes`: the batch's salt and the rows' node ids); the others' is none."""
         if self.kind != "gat":
             return x
-        return self.dropout(x, rows=None if nodes is None else ((*nodes[0], len(self.layers)), nodes[1]))
+        return self.dropout(x, rows=None if nodes is None else ((*nodes[0], len(self.layers)), nodes[1]),
+                            kernels=kernels)
 
     def forward(self, blocks: list[TensorBlock], x: torch.Tensor, nodes: tuple | None = None) -> torch.Tensor:
         """Logits of the last block's destinations. `nodes`: (the batch's salt, a tuple of ints; the node ids of
         x's rows): dropout masks keyed by node, the same however the batch is split (None: the stream's)."""
         if len(blocks) != len(self.layers):
             raise ValueError(f"{len(blocks)} blocks for a {len(self.layers)}-layer model")
-        h = self.input_dropout(x, nodes)
+        h = self.input_dropout(x, nodes, blocks[0].kernels if blocks else None)
         for i, block in enumerate(blocks):
             # a block's destinations are the first rows of its sources: layer i's outputs are x's first rows
             h = self.layer(i, block, h, None if nodes is None else (nodes[0], nodes[1][: block.num_dst]))

@@ -29,29 +29,32 @@ from ..errors import DiskgnnError
 class Slab:
     """Host rows for one batch: `take(n)` hands out the next n rows; `ids` is scratch for the batch's ids."""
 
-    def __init__(self, rows: int, row_bytes: int, pinned: bool):
+    def __init__(self, rows: int, row_bytes: int, pinned: bool, words: int = 0):
         self.row_bytes, self.pinned = row_bytes, pinned
-        self._allocate(rows)
+        self.rows = self.ids = torch.empty(0)
+        self._allocate(rows, words)
         self.used = 0
         self.event = None  # the device work that reads this slab, recorded by the copy stage
 
-    def _allocate(self, rows: int) -> None:
-        self.rows = torch.empty((rows, self.row_bytes), dtype=torch.uint8, pin_memory=self.pinned)
-        # the positions of its rows, then the slots and positions of the rows device tiers fill
-        self.ids = torch.empty(3 * rows, dtype=torch.int64, pin_memory=self.pinned)
+    def _allocate(self, rows: int, words: int) -> None:
+        if rows > self.capacity:
+            self.rows = torch.empty((rows, self.row_bytes), dtype=torch.uint8, pin_memory=self.pinned)
+        # the positions of its rows, then the slots and positions of the rows device tiers fill, then the batch's
+        # record where the GPU target sends one (target/record.py)
+        if 3 * rows + words > self.ids.numel():  # records vary by batch: a quarter more, so that few grow it again
+            self.ids = torch.empty(3 * rows + words * 5 // 4, dtype=torch.int64, pin_memory=self.pinned)
 
     @property
     def capacity(self) -> int:
         return self.rows.shape[0]
 
-    def reset(self, rows: int) -> None:
-        """Ready for a batch of at most `rows` host rows: grown where it is smaller (a batch above the plan's
-        bound, e.g. an evaluation's wider fanouts), emptied."""
+    def reset(self, rows: int, words: int = 0) -> None:
+        """Ready for a batch of at most `rows` host rows and a record of `words`: grown where it is smaller (a batch
+        above the plan's bound, e.g. an evaluation's wider fanouts), emptied."""
         if self.event is not None:
             self.event.synchronize()
             self.event = None
-        if rows > self.capacity:
-            self._allocate(rows)
+        self._allocate(rows, words)
         self.used = 0
 
     def take(self, n: int) -> tuple[int, np.ndarray]:
@@ -76,15 +79,15 @@ class Slabs:
         for _ in range(count):
             self._free.put(None)  # made at first use: a pass that stops early makes fewer
 
-    def acquire(self, rows: int) -> Slab:
+    def acquire(self, rows: int, words: int = 0) -> Slab:
         try:
             slab = self._free.get_nowait()
         except queue.Empty:
             raise RuntimeError(f"all {self.count} staging slabs are held: more batches are in flight than the "
                                "pipeline's stages hold") from None
         if slab is None:
-            slab = Slab(max(rows, self.rows), self.row_bytes, self.pinned)
-        slab.reset(rows)
+            slab = Slab(max(rows, self.rows), self.row_bytes, self.pinned, words)
+        slab.reset(rows, words)
         return slab
 
     def release(self, slab: Slab, event=None) -> None:

@@ -55,6 +55,8 @@ class PendingBatch:
     host: "object" = None  # the assembled host rows (host assembly)
     ids: int = 0  # device assembly: ids written into the slab's id buffer
     ready: "object" = None  # device assembly: the event after the batch's rows are in place
+    record: "object" = None  # device assembly: the batch's record (target/record.py), crossing after the ids
+    words: "object" = None  # ... and where it landed on the device
 
 
 def _flat(rows: list) -> list[Rows]:
@@ -156,6 +158,10 @@ class DeviceAssembly(_Assembly):
                 ids[end: end + n] = r.slots
                 ids[end + n: end + 2 * n] = r.positions
                 end += 2 * n
+        if pending.record is not None:  # the batch's structure crosses in the ids' copy
+            words = pending.record.words
+            ids[end: end + words.size] = words
+            end += words.size
         pending.rows, pending.ids = placed, end
 
     def to_device(self, store: "FeatureStore", pending: PendingBatch):
@@ -163,7 +169,10 @@ class DeviceAssembly(_Assembly):
         slab, n = pending.slab, pending.batch.nodes.size
         with self.stream():
             x = torch.empty((n, store.source.width), dtype=store.dtype, device=self.device)
-            ids = slab.ids[: pending.ids].to(self.device, non_blocking=True)
+            # a copy even on a CPU standing in for the device: the record's views outlive the slab
+            ids = slab.ids[: pending.ids].to(self.device, non_blocking=True, copy=True)
+            if pending.record is not None:
+                pending.words = ids[pending.ids - pending.record.words.size:]
             if slab.used:
                 staged = slab.view(0, slab.used, store.dtype).to(self.device, non_blocking=True)
                 x.index_copy_(0, ids[: slab.used], staged)
@@ -252,10 +261,11 @@ class FeatureStore:
             x.record_stream(stream)
         return x
 
-    def start(self, batch) -> PendingBatch:
-        """Each tier claims its rows, fastest first; reads start into the batch's slab (returns at once)."""
+    def start(self, batch, record=None) -> PendingBatch:
+        """Each tier claims its rows, fastest first; reads start into the batch's slab (returns at once).
+        `record`: the batch's structure (target/record.py), which a device assembly sends with the ids."""
         todo = np.arange(batch.nodes.size)
-        slab = self.slabs.acquire(batch.nodes.size)
+        slab = self.slabs.acquire(batch.nodes.size, 0 if record is None else record.words.size)
         claims = []
         try:
             for tier in self.chain:
@@ -270,7 +280,7 @@ class FeatureStore:
             self.slabs.release(slab)
             raise DiskgnnError(f"{self.packs.path}: batch {batch.index} needs {todo.size} rows that no memory tier "
                                "and no pack region holds (the packs were written for another placement); pack again")
-        return PendingBatch(batch, slab, claims)
+        return PendingBatch(batch, slab, claims, record=record)
 
     def finish(self, pending: PendingBatch) -> PendingBatch:
         """Waits for the batch's reads and checks them; on a CPU, the batch's host rows assembled."""

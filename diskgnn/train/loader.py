@@ -46,6 +46,7 @@ from ..offline.epochs import EpochFiles, OfflineEpochs
 from ..offline.link_batches import LinkEpoch
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
+from ..target import target_for
 from .config import TrainConfig, from_options, save
 from .plan import Plan, disk_copies, make_plan, measured, offline_spec
 from .working_set import train_items
@@ -99,8 +100,9 @@ class Loader:
         # decides the device, the precision, the host gather
         self.plan = make_plan(self.ds, self.source, cfg, self.group.world)
         self.device = self.plan.device
+        self.target = target_for(self.device)  # where batches are assembled and steps computed
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
-        self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.device == "cpu" else "off")
+        self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.target.hag else "off")
         self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
@@ -248,27 +250,25 @@ class Loader:
         cfg = self.cfg
         if cfg.sampling == "online":
             return self._online_source(self.train_ids, cfg.fanout_list, epoch)
-        files = self.epochs.files(epoch)
-        source = self._offline_source(files, epoch)
-        if cfg.distributed == "cooperative":
-            g, owner, n = self.group, cfg.owner, self.ds.num_nodes
-            source.cooperative = lambda batch: cooperative.exchange_plan(
-                batch, cooperative.owners(batch.nodes, g.world, owner, n), g.rank, g.world)
-        return source
+        g, owner, n = self.group, cfg.owner, self.ds.num_nodes
+        share = (lambda batch: cooperative.exchange_plan(batch, cooperative.owners(batch.nodes, g.world, owner, n),
+                                                         g.rank, g.world)) if cfg.distributed == "cooperative" else None
+        return self._offline_source(self.epochs.files(epoch), epoch, share)
 
     def _online_source(self, seeds: np.ndarray, fanouts, epoch: int) -> OnlineLoader:
         cfg = self.cfg
         return OnlineLoader(self.ds, seeds, fanouts=fanouts, batch_size=cfg.batch_size, seed=cfg.seed, epoch=epoch,
-                            labels=self.labels, device=self.device, read_depth=self.read_depth, backend=cfg.backend,
+                            labels=self.labels, target=self.target, read_depth=self.read_depth, backend=cfg.backend,
                             features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
 
-    def _offline_source(self, files, split_or_epoch) -> OfflineLoader:
+    def _offline_source(self, files, split_or_epoch, share=None) -> OfflineLoader:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source,
-                             read_depth=self.read_depth, slab_rows=self.plan.batch_rows)
+                             read_depth=self.read_depth, slab_rows=self.plan.batch_rows,
+                             assembly=self.target.assembly())
         self.backend = store.backend
         link = self.link_batches(split_or_epoch) if self.cfg.task == "link" else None
-        return OfflineLoader(files.samples, store, self.labels, self.read_depth, hag=self.hag, link=link)
+        return OfflineLoader(files.samples, store, self.labels, self.read_depth, self.target, share, self.hag, link)
 
     def _finished(self, p: "Pass", pipeline) -> None:
         """Adds a train pass's stage times, tier rows and disk bytes to the run's."""

@@ -115,8 +115,8 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     model = model.to(run.device)
     if cfg.distributed == "independent":
         run.ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=[group.local_rank] if run.device == "cuda" else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+            model, device_ids=run.target.device_ids(group.local_rank))
+    optimizer = run.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay)
     checkpoints = Checkpoints(data.workdir / "checkpoints")
     history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": [], "wall_s_at_val": []}
     best = {"val_acc": -1.0, "epoch": -1}

@@ -28,6 +28,7 @@ from ..offline.partitions import buffer_plan
 from ..offline.sample import topology_bytes
 from ..store.embeddings import row_bytes as embedding_row_bytes
 from ..store.uva import HostGather, host_gather
+from ..target import target_for
 from ..units import format_size
 from .config import TrainConfig
 from .working_set import batch_layers, working_set
@@ -177,7 +178,7 @@ class Plan:
                           f"({format_size(self.embedding_host)}), each read and written back whole (behind an undo "
                           "journal) as the epoch's buffer states turn; a batch's edges, negatives and neighbours are "
                           "among them"))
-        if self.device != "cpu":
+        if target_for(self.device).device_tier:
             out.append(f"plan: {self.host_gather.line}")
         if self.sampling == "online":
             out.append("plan: online sampling: no placement (future accesses unknown); every row is read from "
@@ -315,7 +316,7 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     buffer = buffer_plan(cfg.embedding_partitions, ds.num_nodes, table, emb_host) if cfg.embedding_partitions else None
     host = min(features, (budget - need - emb_host) // 2) if cfg.host_cache_bytes is None else explicit_host
     tiers = {"host": host}
-    if device != "cpu":
+    if target_for(device).device_tier:
         if cfg.device_cache_bytes is None:
             import torch
 

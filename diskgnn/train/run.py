@@ -11,7 +11,6 @@ the eval sets (diskgnn/distributed/); its evaluation is summed over the ranks.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
@@ -20,7 +19,6 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from .. import defaults
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..nn.link import batch_scores, link_loss, metrics_of, rank_sums
@@ -38,12 +36,8 @@ class Run:
     def __init__(self, cfg: TrainConfig, group: Group = Group()):
         self.cfg, self.group = cfg, group
         self.loader = Loader(config=cfg, group=group)
-        self.device = self.loader.device
+        self.device, self.target = self.loader.device, self.loader.target
         self.precision = self.loader.plan.precision
-        if self.precision == "bf16" and self.device == "cpu":
-            # oneDNN, which runs the CPU's bf16 products, otherwise keeps primitives for 1024 shapes: each batch
-            # has its own, so its cache only grows. Read at its first primitive, which is still to come.
-            os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(defaults.ONEDNN_CACHE))
         for line in self.precision_lines():
             self.loader.say(line)
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
@@ -94,17 +88,13 @@ class Run:
                + ("; gat's layers stay fp32 (their edge work is their cost, and bf16 moved its attention "
                   "gradients)" if self.cfg.model == "gat" else "")
                if self.precision == "bf16" else "this device has no native bf16")
-        if self.precision == "bf16" and self.device == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-            # Asked for by name (auto would have taken fp32): say what it costs. Measured on an AMD EPYC without
-            # AVX-512: the step's linear maps alone took 179 ms in bf16 against 17 ms in fp32.
-            how += ("; this CPU has no bf16 instructions (oneDNN finds none), so its bf16 matrix products are "
-                    "emulated and run many times slower than fp32: --precision auto takes fp32 here")
+        if self.precision == "bf16":
+            how += self.target.bf16_note()
         return [f"plan: --precision {self.cfg.precision}: {self.precision} ({how})"]
 
     def autocast(self):
         """The layers' precision: bf16 autocast, or nothing to change."""
-        return torch.autocast("cuda" if self.device == "cuda" else "cpu", dtype=torch.bfloat16,
-                              enabled=self.precision == "bf16")
+        return self.target.autocast(self.precision == "bf16")
 
     def step(self, model, mb) -> tuple[torch.Tensor, int, int]:
         """One batch's forward and backward, gradients summed over the ranks where there are several: the
@@ -113,7 +103,7 @@ class Run:
         x, trained = self.inputs(mb, True)
         if mb.link is not None:
             with self.autocast():
-                h = model(mb.blocks, x, (mb.salt, mb.input_nodes))
+                h = model(mb.blocks, x, mb.rows)
             loss = link_loss(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local), self.cfg.link_loss)
             loss.backward()
             self._embedding_step(mb, trained)
@@ -126,7 +116,7 @@ class Run:
             cooperative.sum_gradients(model)
             return loss * mb.share.num_seeds / max(1, mb.labels.numel()), sent, mb.labels.numel()
         with self.autocast():
-            logits = (self.ddp or model)(mb.blocks, x, (mb.salt, mb.input_nodes))
+            logits = (self.ddp or model)(mb.blocks, x, mb.rows)
         loss = F.cross_entropy(logits.float(), mb.labels)
         loss.backward()  # DDP averages the ranks' gradients as it goes
         self._embedding_step(mb, trained)
@@ -225,7 +215,8 @@ class Run:
             with self.autocast():
                 logits = full_neighbour_logits(model, loader.ds, seeds, loader.workdir / "inference",
                                                batch_size=self.cfg.batch_size, device=self.device,
-                                               features=loader.source, hag=loader.graph_hag())
+                                               features=loader.source,
+                                               hag=loader.graph_hag() if self.target.hag else None)
             return int((logits.argmax(1).numpy() == loader.labels[seeds]).sum()), int(seeds.size)
         correct = total = 0
         for mb in loader.evaluation(split):

@@ -7,9 +7,9 @@ from __future__ import annotations
 from .. import defaults
 from ..data.features import FeatureSource
 from ..data.format import Dataset
-from ..nn.models import activation_bytes, layer_dims
+from ..nn.models import layer_dims
 from ..store.embeddings import working_bytes as embedding_bytes
-from ..store.store import HELD_BEYOND_READS
+from ..target import target_for
 from .config import TrainConfig
 
 
@@ -47,20 +47,8 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     layers = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)
     rows = layers[0][0] if rows is None else rows
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    if device == "cpu":
-        # Rows, ids and blocks in the stages: stored rows up to the decode (the reads in flight and
-        # the queues between), float32 model input after it (two queued, one being trained).
-        queued = rows * ((read_depth + 3) * (source.row_bytes + 64) + 3 * (source.decoded_row_bytes + 64))
-        dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(layers))
-        activations = activation_bytes(cfg.model, layers, dims, cfg.heads, precision)
-        recent = cfg.recent_window * rows * source.row_bytes  # the assembled rows the recent-rows tier keeps
-        host = queued + source.decode_bytes(rows) + activations + recent
-    else:
-        # Past the copy stage every row, block and activation is device memory (the recent-rows tier keeps
-        # device rows too): the host holds the batches' pinned slabs (rows, ids, the blocks' pinned tensors),
-        # the device tier's two fill buffers and the CUDA context.
-        slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
-        host = slabs + 2 * defaults.DEVICE_FILL_CHUNK + defaults.CUDA_BASE_RSS
+    dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(layers))
+    host = target_for(device).host_bytes(source, cfg, layers, dims, rows, read_depth, precision)
     packs = pack_plan_bytes(ds, cfg, rows, world) if source.row_bytes else 0  # a featureless dataset packs nothing
     return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(
         ds.num_nodes, cfg.embeddings, cfg.embedding_optimizer, rows)

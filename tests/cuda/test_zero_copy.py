@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from diskgnn.store.uva import KERNEL, host_gather, why_not
+from diskgnn.target.keyed_dropout import KERNEL as DROPOUT_KERNEL
 
 from conftest import CASES, every_tier, train_config
 
@@ -19,14 +20,16 @@ WHY_NOT = why_not("cuda")
 needs_gpu = pytest.mark.skipif(WHY_NOT is not None, reason=f"zero-copy gathers cannot run here: {WHY_NOT}")
 
 
-def test_the_kernel_compiles_with_nvcc(tmp_path):
+@pytest.mark.parametrize("kernel", [KERNEL, DROPOUT_KERNEL], ids=lambda k: k.name)
+def test_the_kernels_compile_with_nvcc(tmp_path, kernel):
+    """The zero-copy gather and (the GPU target's) the keyed-dropout mask."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
-        pytest.skip("nvcc is not installed: the kernel is compiled at run time by CuPy only")
-    proc = subprocess.run([nvcc, "-std=c++17", "-c", "-o", str(tmp_path / "uva.o"), str(KERNEL)],
+        pytest.skip("nvcc is not installed: the kernels are compiled at run time by CuPy only")
+    proc = subprocess.run([nvcc, "-std=c++17", "-c", "-o", str(tmp_path / "k.o"), str(kernel)],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "uva.o").stat().st_size > 0
+    assert (tmp_path / "k.o").stat().st_size > 0
 
 
 def test_without_a_device_the_cpu_gathers_and_says_why():

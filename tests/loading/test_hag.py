@@ -212,8 +212,8 @@ def test_sample_files_store_each_batchs_hags_under_its_checksum(train_data, tmp_
     from diskgnn.data.format import open_dataset
     from diskgnn.errors import DiskgnnError
     from diskgnn.loading.blocks import sampled_blocks
-    from diskgnn.loading.loaders import _work
     from diskgnn.offline.sample import SampleFile, sample_epoch
+    from diskgnn.target.cpu import CpuTarget
 
     ds = open_dataset(train_data)
     common = dict(fanouts=[-1, -1], batch_size=64, seed=0, epoch=0, threads=2)
@@ -227,7 +227,7 @@ def test_sample_files_store_each_batchs_hags_under_its_checksum(train_data, tmp_
         a, s = plain[b], stored[b]
         assert a.hag_bytes is None and s.hag_bytes is not None
         np.testing.assert_array_equal(a.nodes, s.nodes)
-        work = _work(s, labels, "cpu")
+        work = CpuTarget().prepare(s, labels)
         for block, reference in zip(work.blocks, sampled_blocks(a)):
             h = torch.randn(block.num_src, 8, generator=torch.Generator().manual_seed(b))
             torch.testing.assert_close(block.mean_neighbours(h), reference.mean_neighbours(h), rtol=1e-5, atol=1e-5)

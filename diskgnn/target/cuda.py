@@ -1,0 +1,152 @@
+"""The GPU target: a batch crosses in two copies, its blocks are views on the device, its step reads nothing back.
+
+A batch's structure (labels, input node ids, every block's CSC) is one int64 record (record.py), written by
+the sample stage and appended by the assemble stage to the pinned slab's id buffer, so that a batch crosses
+as the slab's rows and that buffer, two asynchronous copies on the copy stream; the blocks are views of the
+device buffer, their scales and transposes derived there. No tensor is pinned per batch (the slabs are pinned
+once). The step's neighbour sums are CSR products (cuSPARSE) with the transpose made once a batch for
+backward, and its dropout keyed by node (keyed_dropout.py). With a CPU `device` it is the tests' stand-in:
+the same records, views and kernels on host tensors.
+
+Cooperative batches keep their shares' tensors (each layer's exchange plan) and cross tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from ..nn.dropout import row_positions
+from .base import Target, salt_of
+from .keyed_dropout import KeyedDropout
+from .record import BatchRecord, device_block
+
+
+class CsrMean(torch.autograd.Function):
+    """out = scale * (A @ h, plus h[:num_dst] with self_loop), A the block's CSC read as a CSR matrix of
+    destinations by sources with unit entries; backward is A's transpose (built once a batch) times scale *
+    grad. Summed in float32 (bf16 rows widened, the sums rounded once), outside autocast."""
+
+    @staticmethod
+    def forward(ctx, h, block, scale, self_loop):
+        rows = h.detach().float()
+        a, _ = block.csr
+        out = torch.sparse.mm(a, rows) if block.indices.numel() else rows.new_zeros((block.num_dst, rows.shape[1]))
+        if self_loop:
+            out = out + rows[: block.num_dst]
+        if scale is not None:
+            out = out * scale.unsqueeze(1)
+        ctx.block, ctx.scale, ctx.self_loop, ctx.num_src = block, scale, self_loop, h.shape[0]
+        return out.to(h.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        block, g = ctx.block, grad_out.float()
+        if ctx.scale is not None:
+            g = g * ctx.scale.unsqueeze(1)
+        _, a_t = block.csr
+        grad = torch.sparse.mm(a_t, g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
+        if ctx.self_loop:
+            grad[: block.num_dst] += g
+        return grad.to(grad_out.dtype), None, None, None
+
+
+class CudaKernels:
+    """The step's kernels on the GPU target (a block made by `device_block` carries them)."""
+
+    @staticmethod
+    def aggregate(block, h: torch.Tensor, scale, self_loop: bool) -> torch.Tensor:
+        with torch.autocast(h.device.type, enabled=False):
+            return CsrMean.apply(h, block, scale, self_loop)
+
+    @staticmethod
+    def dropout(h: torch.Tensor, p: float, key: int, ids, relu: bool) -> torch.Tensor:
+        """Dropout keyed by the rows' node ids (a device tensor, or numpy for blocks made on the host)."""
+        bases = ids * (h.shape[-1] + h.shape[-1] % 2) if isinstance(ids, torch.Tensor) else \
+            torch.from_numpy(row_positions(ids, h.shape[-1])).to(h.device)
+        return KeyedDropout.apply(h, p, key, bases, relu)
+
+
+class CudaTarget(Target):
+    name = "cuda"
+    copy_stage = True
+    device_tier = True
+
+    def __init__(self, device="cuda"):
+        self.device = torch.device(device)
+        self.kernels = CudaKernels()
+
+    def assembly(self):
+        from ..store.store import DeviceAssembly
+
+        return DeviceAssembly(self.device)
+
+    def device_ids(self, local_rank: int) -> list[int]:
+        return [local_rank]
+
+    def optimizer(self, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+        """Adam's update for every parameter in one fused kernel (torch's fused Adam), not a loop of them."""
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
+
+    def prepare(self, batch, labels, share=None, hag=None):
+        from ..loading.loaders import MiniBatch
+
+        if share is not None:
+            return self.minibatch(batch, labels, share)
+        work = MiniBatch(batch, None, None, None, labels, salt_of(batch))
+        work.record = BatchRecord.of(batch, np.asarray(labels[batch.seeds], dtype=np.int64))
+        return work
+
+    def transfer(self, work, store):
+        """The batch's rows and record on the device (two copies, issued on the copy stream), its blocks and
+        labels as views of the record there; `ready` marks the end of that work."""
+        with store.stream():
+            work.x = store.to_device(work.pending)
+            if work.record is not None:
+                labels, nodes, parts = work.record.split(work.pending.words)
+                work.labels, work.node_ids = labels, nodes
+                work.blocks = [device_block(ptr, idx, nd, ns, self.kernels)
+                               for (ptr, idx), (nd, ns, _) in zip(parts, work.record.shapes)]
+            else:
+                work.blocks = [b.to(self.device, non_blocking=True) for b in work.blocks]
+                work.labels = work.labels.to(self.device, non_blocking=True)
+                work.share = work.share.to(self.device, work.blocks)
+            work.ready = store.ready_event()
+        return work
+
+    def host_bytes(self, source, cfg, layers, dims, rows: int, read_depth: int, precision: str) -> int:
+        """Past the copy stage every row, block and activation is device memory (the recent-rows tier keeps
+        device rows too): the host holds the batches' pinned slabs (rows, ids and the batch's record), the
+        device tier's two fill buffers and the CUDA context, measured (`cuda_context_bytes`)."""
+        from .. import defaults
+        from ..store.store import HELD_BEYOND_READS
+
+        slabs = (read_depth + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
+        return slabs + 2 * defaults.DEVICE_FILL_CHUNK + cuda_context_bytes()
+
+
+def measure_cuda_context() -> int:
+    """The anonymous host memory this process gains by starting CUDA and a cuBLAS product (0 where it had)."""
+    from ..memory import anon_bytes
+
+    before = anon_bytes()
+    a = torch.ones((256, 256), device="cuda")
+    (a @ a).sum().item()
+    return max(0, anon_bytes() - before)
+
+
+@lru_cache(maxsize=1)
+def cuda_context_bytes() -> int:
+    """The CUDA context's and its libraries' host memory, as the plan counts it: DISKGNN_CUDA_BASE_RSS where set,
+    else measured once a process with the knob's default as the floor (a context started before the plan
+    measures as nothing), or the default where there is no CUDA device (a plan made for CUDA in the tests)."""
+    from .. import defaults
+
+    if "DISKGNN_CUDA_BASE_RSS" in os.environ or not torch.cuda.is_available():
+        return defaults.CUDA_BASE_RSS
+    return max(defaults.CUDA_BASE_RSS, measure_cuda_context())

@@ -1,0 +1,102 @@
+"""Dropout keyed by node on any device: the masks the CPU's native kernel draws (native/dropout.h), made by torch.
+
+Element c of a row whose stream position is `base` draws from pair (base + c) / 2 of the stream `key`:
+splitmix64's finaliser of key + pair * golden, its low half for even positions and its high half for odd
+ones; it is kept where the draw is at least p * 2^32 (rounded). A node's mask is a function of (key, its id,
+the column), so a GPU run drops exactly what a CPU run drops for the same batch, and a resumed epoch repeats
+it. `keep_mask` is one operator (torch.library): a CUDA kernel (keyed_dropout.cu, compiled by CuPy) on a GPU,
+the same arithmetic in torch's int64 operations elsewhere (wrapping multiplies, shifts made logical by a mask),
+which the tests check bit for bit against the native kernel.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+
+KERNEL = Path(__file__).with_name("keyed_dropout.cu")
+_MASK64 = (1 << 64) - 1
+THREADS = 256
+
+
+def _signed(v: int) -> int:
+    """A 64-bit pattern as the int64 torch holds it."""
+    v &= _MASK64
+    return v - (1 << 64) if v >> 63 else v
+
+
+GOLDEN, MIX1, MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def threshold(p: float) -> int:
+    """The draw a kept element reaches at least (native/dropout.cc's rounding)."""
+    return min(int(p * 4294967296.0 + 0.5), 0xFFFFFFFF)
+
+
+def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
+    return (z >> s) & ((1 << (64 - s)) - 1)  # int64's >> is arithmetic: clear what the sign shifted in
+
+
+def reference_mask(bases: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
+    """bool[rows, width]: element c of row r kept (torch's integer operations; any device)."""
+    pairs = (bases // 2).unsqueeze(1) + torch.arange((width + 1) // 2, device=bases.device)
+    z = pairs * GOLDEN + _signed(key)
+    z = (z ^ _shr(z, 30)) * MIX1
+    z = (z ^ _shr(z, 27)) * MIX2
+    z = z ^ _shr(z, 31)
+    draws = torch.stack([z & 0xFFFFFFFF, _shr(z, 32)], 2).reshape(bases.numel(), 2 * pairs.shape[1])[:, :width]
+    return draws >= threshold(p)
+
+
+@lru_cache(maxsize=1)
+def _kernel():
+    import cupy
+
+    return cupy.RawModule(code=KERNEL.read_text(), options=("--std=c++17",)).get_function("keep_mask")
+
+
+@torch.library.custom_op("diskgnn::keep_mask", mutates_args=())
+def keep_mask(bases: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
+    """bool[rows, width]: which of each row's elements dropout keeps (`key` a 64-bit pattern as int64)."""
+    return reference_mask(bases, width, key, p)
+
+
+@keep_mask.register_kernel("cuda")
+def _keep_mask_cuda(bases: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
+    import cupy
+
+    out = torch.empty((bases.numel(), width), dtype=torch.bool, device=bases.device)
+    n = out.numel()
+    if n:
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(bases.device).cuda_stream)
+        blocks = min(65535, -(-n // THREADS))
+        with stream:
+            _kernel()((blocks,), (THREADS,), (bases.contiguous().data_ptr(), cupy.int64(n), cupy.int64(width),
+                                              cupy.uint64(key & _MASK64), cupy.uint32(threshold(p)), out.data_ptr()))
+    return out
+
+
+@keep_mask.register_fake
+def _(bases, width, key, p):
+    return bases.new_empty((bases.numel(), width), dtype=torch.bool)
+
+
+class KeyedDropout(torch.autograd.Function):
+    """h (or ReLU(h)) with the elements the keyed mask drops zeroed, the rest scaled by 1/(1-p); backward by the
+    same mask (saved as the output's sign with relu, as the native kernel's backward reads it)."""
+
+    @staticmethod
+    def forward(ctx, h, p, key, bases, relu):
+        keep = keep_mask(bases, h.shape[1], _signed(key), p)
+        if relu:
+            keep = keep & (h > 0)
+        ctx.save_for_backward(keep)
+        ctx.scale = 1.0 / (1.0 - p)
+        return h * keep * ctx.scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (keep,) = ctx.saved_tensors
+        return grad * keep * ctx.scale, None, None, None, None
