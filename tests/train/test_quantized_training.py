@@ -88,9 +88,11 @@ def test_quantized_packs_assemble_to_the_dequantized_oracle(dataset, tmp_path, s
 
 
 def test_online_loader_reads_code_rows(dataset):
+    from diskgnn.target.cpu import CpuTarget
+
     source = feature_source(dataset, "sq1")
     loader = OnlineLoader(dataset, dataset.split("train"), fanouts=[3, 2], batch_size=40, seed=0, epoch=0,
-                          labels=np.asarray(dataset.labels), device="cpu", read_depth=2, backend="pread",
+                          labels=np.asarray(dataset.labels), target=CpuTarget(), read_depth=2, backend="pread",
                           features=source)
     with loader.pipeline(range(len(loader))) as pipeline:
         works = list(pipeline)
