@@ -211,11 +211,9 @@ def profiled_epoch(data: Path, work: Path, options: dict, device: str = "cuda", 
     Only the training thread's ops are recorded (the pipeline's threads started without the profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
-    from diskgnn.nn.models import GNN
     from diskgnn.train.checkpoints import EpochState
     from diskgnn.train.config import from_options
     from diskgnn.train.run import Run
-    from diskgnn.train.working_set import output_dim
 
     cfg = from_options(data=str(data), workdir=str(work / "runs" / "profile"), device=device, epochs=2,
                        max_batches=batches, eval="none", progress=False, fanouts=FANOUTS, batch_size=BATCH, **options)
@@ -223,11 +221,7 @@ def profiled_epoch(data: Path, work: Path, options: dict, device: str = "cuda", 
     with open(work / "profile.log", "w") as log, contextlib.redirect_stdout(log):
         run = Run(cfg)
         try:
-            torch.manual_seed(cfg.seed)
-            ds = run.loader.ds
-            model = GNN(cfg.model, ds.feature_dim, cfg.hidden, output_dim(ds, cfg), len(FANOUTS), cfg.dropout,
-                        cfg.heads).to(run.device)
-            optimizer = run.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay)  # as diskgnn.train's
+            model, optimizer = run.model_and_optimizer()  # as diskgnn.train's
             run.train_epoch(model, optimizer, EpochState(0))
             with profile(activities=activities) as prof:
                 trained = len(run.train_epoch(model, optimizer, EpochState(1)))

@@ -7,14 +7,16 @@ from __future__ import annotations
 import numpy as np
 
 U64 = np.uint64
+# splitmix64's increment and its finaliser's multipliers: every counter-based hash here and in native/ uses them
+GOLDEN, MIX1, MIX2 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 
 
 def mix64(x: np.ndarray, key: int) -> np.ndarray:
     """splitmix64's finaliser of x + key: a counter-based hash of uint64 values (the arithmetic wraps)."""
     with np.errstate(over="ignore"):
         z = x.astype(U64) + U64(key % 2**64)
-        z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
+        z = (z ^ (z >> U64(30))) * U64(MIX1)
+        z = (z ^ (z >> U64(27))) * U64(MIX2)
     return z ^ (z >> U64(31))
 
 

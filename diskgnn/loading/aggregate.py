@@ -64,25 +64,41 @@ class NeighbourSum(torch.autograd.Function):
         return grad, None, None, None
 
 
+def csr_matrices(block) -> tuple[torch.Tensor, torch.Tensor, tuple]:
+    """A block's CSC as sparse CSR matrices with unit entries: A (destinations by sources) and its transpose
+    (sources by destinations: each source's destinations in the lists' order), and the tensors made for them.
+    Nothing is read back to the host (on a GPU: a sort and a binary search, no bincount)."""
+    device, edges = block.indices.device, block.indices.numel()
+    by_source, order = torch.sort(block.indices, stable=True)
+    t_indptr = torch.searchsorted(by_source, torch.arange(block.num_src + 1, device=device))
+    t_indices, ones = block.dst.index_select(0, order), torch.ones(edges, device=device)
+    a = torch.sparse_csr_tensor(block.indptr, block.indices, ones, (block.num_dst, block.num_src),
+                                check_invariants=False)
+    a_t = torch.sparse_csr_tensor(t_indptr, t_indices, ones, (block.num_src, block.num_dst), check_invariants=False)
+    return a, a_t, (t_indptr, t_indices, ones)
+
+
 class CsrSum(torch.autograd.Function):
-    """The same sums on other devices (a GPU): out = A @ h with A the block's CSC read as a CSR matrix
-    (destinations by sources) whose entries carry the scale, plus scale * h[:num_dst] with self_loop; backward
-    is A's transpose times the gradient. Sparse-dense products walk each destination's list once (cuSPARSE on
-    a GPU), with neither index_add's atomic scatter nor an (edges x width) temporary; they run in float32
-    (bf16 rows are widened first and the sums rounded once, as on the CPU)."""
+    """The same sums on other devices (a GPU): out = scale * (A @ h, plus h[:num_dst] with self_loop), A the
+    block's CSC read as a CSR matrix of destinations by sources with unit entries; backward is A's transpose
+    times scale * grad. The block's matrices are made once (csr_matrices: the GPU target makes them in its copy
+    stage, with the batch; other blocks at their first sum). Sparse-dense products walk each destination's list
+    once (cuSPARSE on a GPU), with neither index_add's atomic scatter nor an (edges x width) temporary; they run
+    in float32 (bf16 rows are widened first and the sums rounded once, as on the CPU)."""
 
     @staticmethod
     @torch.autocast("cuda", enabled=False)  # the products run in float32 whatever autocast would pick
     def forward(ctx, h, block, scale=None, self_loop=False):
         rows = h.detach().float()
-        values = scale.repeat_interleave(block.indptr[1:] - block.indptr[:-1], output_size=block.indices.numel()) \
-            if scale is not None else torch.ones(block.indices.numel(), dtype=torch.float32, device=h.device)
-        a = torch.sparse_csr_tensor(block.indptr, block.indices, values, (block.num_dst, h.shape[0]),
-                                    check_invariants=False)
-        out = torch.sparse.mm(a, rows) if block.indices.numel() else rows.new_zeros((block.num_dst, h.shape[1]))
+        if not block.csr:
+            block.csr = csr_matrices(block)[:2]
+        out = torch.sparse.mm(block.csr[0], rows) if block.indices.numel() else \
+            rows.new_zeros((block.num_dst, rows.shape[1]))
         if self_loop:
-            out += rows[: block.num_dst] * (scale.unsqueeze(1) if scale is not None else 1)
-        ctx.block, ctx.values, ctx.scale, ctx.self_loop, ctx.num_src = block, values, scale, self_loop, h.shape[0]
+            out = out + rows[: block.num_dst]
+        if scale is not None:
+            out = out * scale.unsqueeze(1)
+        ctx.block, ctx.scale, ctx.self_loop, ctx.num_src = block, scale, self_loop, h.shape[0]
         return out.to(h.dtype)
 
     @staticmethod
@@ -91,15 +107,9 @@ class CsrSum(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return None, None, None, None
         block, g = ctx.block, grad_out.float()
-        # A's transpose as a CSR matrix: its entries sorted by source (stable: each list keeps its order). The
-        # counts by index_add, not bincount, which reads the largest id back to the host on a GPU.
-        order = torch.argsort(block.indices, stable=True)
-        counts = torch.zeros(ctx.num_src, dtype=torch.int64, device=g.device).index_add_(
-            0, block.indices, torch.ones_like(block.indices))
-        indptr = torch.cat([counts.new_zeros(1), torch.cumsum(counts, 0)])
-        at = torch.sparse_csr_tensor(indptr, block.dst.index_select(0, order), ctx.values.index_select(0, order),
-                                     (ctx.num_src, block.num_dst), check_invariants=False)
-        grad = torch.sparse.mm(at, g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
+        if ctx.scale is not None:
+            g = g * ctx.scale.unsqueeze(1)
+        grad = torch.sparse.mm(block.csr[1], g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
         if ctx.self_loop:
-            grad[: block.num_dst] += g * (ctx.scale.unsqueeze(1) if ctx.scale is not None else 1)
+            grad[: block.num_dst] += g
         return grad.to(grad_out.dtype), None, None, None

@@ -31,8 +31,8 @@ class TensorBlock:
     # the kernels its sums and its layer's dropout run by where a target made it (diskgnn/target/); None: the
     # CPU's native kernels on CPU rows, CSR products elsewhere
     kernels: object = None
-    csr: tuple = ()  # with the GPU target's kernels: (A, A's transpose) as sparse CSR matrices, made once a batch
-    made: tuple = ()  # ... and the tensors made for them on the device (not views of the batch's record)
+    csr: tuple = ()  # (A, A's transpose) as sparse CSR matrices for CsrSum (aggregate.py), made once
+    made: tuple = ()  # the GPU target's: the tensors made on the device beside the views of the batch's record
 
     @classmethod
     def from_csc(cls, indptr: np.ndarray, indices: np.ndarray, num_dst: int, num_src: int) -> "TensorBlock":

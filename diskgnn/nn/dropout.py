@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import defaults
+from ..hashing import GOLDEN, MIX1, MIX2
 from ..errors import DiskgnnError
 from ..arrays import native_view
 
@@ -30,16 +31,15 @@ def _flat(t: torch.Tensor):
     return native_view(t.reshape(-1))
 
 
-_GOLDEN = 0x9E3779B97F4A7C15
 _MASK = (1 << 64) - 1
 
 
 def mix(key: int, *words: int) -> int:
     """A 64-bit key from `key` and `words` (splitmix64's finaliser over each in turn)."""
     for w in words:
-        z = (key + (w + 1) * _GOLDEN) & _MASK
-        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK
+        z = (key + (w + 1) * GOLDEN) & _MASK
+        z = ((z ^ (z >> 30)) * MIX1) & _MASK
+        z = ((z ^ (z >> 27)) * MIX2) & _MASK
         key = z ^ (z >> 31)
     return key
 

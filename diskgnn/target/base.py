@@ -59,6 +59,9 @@ class Target:
         """DistributedDataParallel's device_ids: the rank's GPU, or None for CPU modules."""
         return None
 
+    def use_bf16(self) -> None:
+        """Set up what the step's bf16 needs here, once, before its first step."""
+
     def bf16_note(self) -> str:
         """What bf16 costs here, where it is worth saying (appended to the precision's plan line)."""
         return ""

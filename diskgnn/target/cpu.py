@@ -27,12 +27,10 @@ class CpuTarget(Target):
     def optimizer(self, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
 
-    def autocast(self, enabled: bool):
-        if enabled:
-            # oneDNN, which runs the CPU's bf16 products, otherwise keeps primitives for 1024 shapes: each batch
-            # has its own, so its cache only grows. Read at its first primitive, which is still to come.
-            os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(defaults.ONEDNN_CACHE))
-        return super().autocast(enabled)
+    def use_bf16(self) -> None:
+        # oneDNN, which runs the CPU's bf16 products, otherwise keeps primitives for 1024 shapes: each batch
+        # has its own, so its cache only grows. Read at its first primitive, which is still to come.
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(defaults.ONEDNN_CACHE))
 
     def bf16_note(self) -> str:
         if torch.ops.mkldnn._is_mkldnn_bf16_supported():

@@ -4,9 +4,10 @@ A batch's structure (labels, input node ids, every block's CSC) is one int64 rec
 the sample stage and appended by the assemble stage to the pinned slab's id buffer, so that a batch crosses
 as the slab's rows and that buffer, two asynchronous copies on the copy stream; the blocks are views of the
 device buffer, their scales and transposes derived there. No tensor is pinned per batch (the slabs are pinned
-once). The step's neighbour sums are CSR products (cuSPARSE) with the transpose made once a batch for
-backward, and its dropout keyed by node (keyed_dropout.py). With a CPU `device` it is the tests' stand-in:
-the same records, views and kernels on host tensors.
+once). The step's neighbour sums are CSR products (cuSPARSE, loading/aggregate.py's CsrSum) over matrices
+made once a batch, the transpose for backward among them, and its dropout is keyed by node
+(keyed_dropout.py). With a CPU `device` it is the tests' stand-in: the same records, views and kernels on
+host tensors.
 
 Cooperative batches keep their shares' tensors (each layer's exchange plan) and cross tensor by tensor.
 """
@@ -19,41 +20,11 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from ..loading.aggregate import CsrSum
 from ..nn.dropout import row_positions
 from .base import Target, salt_of
 from .keyed_dropout import KeyedDropout
 from .record import BatchRecord, device_block
-
-
-class CsrMean(torch.autograd.Function):
-    """out = scale * (A @ h, plus h[:num_dst] with self_loop), A the block's CSC read as a CSR matrix of
-    destinations by sources with unit entries; backward is A's transpose (built once a batch) times scale *
-    grad. Summed in float32 (bf16 rows widened, the sums rounded once), outside autocast."""
-
-    @staticmethod
-    def forward(ctx, h, block, scale, self_loop):
-        rows = h.detach().float()
-        a, _ = block.csr
-        out = torch.sparse.mm(a, rows) if block.indices.numel() else rows.new_zeros((block.num_dst, rows.shape[1]))
-        if self_loop:
-            out = out + rows[: block.num_dst]
-        if scale is not None:
-            out = out * scale.unsqueeze(1)
-        ctx.block, ctx.scale, ctx.self_loop, ctx.num_src = block, scale, self_loop, h.shape[0]
-        return out.to(h.dtype)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        if not ctx.needs_input_grad[0]:
-            return None, None, None, None
-        block, g = ctx.block, grad_out.float()
-        if ctx.scale is not None:
-            g = g * ctx.scale.unsqueeze(1)
-        _, a_t = block.csr
-        grad = torch.sparse.mm(a_t, g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
-        if ctx.self_loop:
-            grad[: block.num_dst] += g
-        return grad.to(grad_out.dtype), None, None, None
 
 
 class CudaKernels:
@@ -61,8 +32,8 @@ class CudaKernels:
 
     @staticmethod
     def aggregate(block, h: torch.Tensor, scale, self_loop: bool) -> torch.Tensor:
-        with torch.autocast(h.device.type, enabled=False):
-            return CsrMean.apply(h, block, scale, self_loop)
+        """CsrSum (loading/aggregate.py) over the matrices the block was made with, on whichever device h is."""
+        return CsrSum.apply(h, block, scale, self_loop)
 
     @staticmethod
     def dropout(h: torch.Tensor, p: float, key: int, ids, relu: bool) -> torch.Tensor:

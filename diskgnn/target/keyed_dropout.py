@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from .. import hashing
+
 KERNEL = Path(__file__).with_name("keyed_dropout.cu")
 _MASK64 = (1 << 64) - 1
 THREADS = 256
@@ -27,7 +29,7 @@ def _signed(v: int) -> int:
     return v - (1 << 64) if v >> 63 else v
 
 
-GOLDEN, MIX1, MIX2 = (_signed(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+GOLDEN, MIX1, MIX2 = (_signed(c) for c in (hashing.GOLDEN, hashing.MIX1, hashing.MIX2))
 
 
 def threshold(p: float) -> int:

@@ -49,19 +49,15 @@ class BatchRecord:
 
 
 def device_block(indptr: torch.Tensor, indices: torch.Tensor, num_dst: int, num_src: int, kernels):
-    """A TensorBlock from its CSC on the device: each edge's destination, the mean's scales and the transpose
-    (sources by destinations) for backward's sums, computed there without reading anything back."""
+    """A TensorBlock from its CSC on the device: each edge's destination, the mean's scales and the sums' matrices
+    (loading/aggregate.py's csr_matrices), computed there without reading anything back."""
+    from ..loading.aggregate import csr_matrices
     from ..loading.blocks import TensorBlock
 
-    edges, device = indices.numel(), indptr.device
     counts = indptr[1:] - indptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=device), counts, output_size=edges)
+    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), counts, output_size=indices.numel())
     deg = counts.to(torch.float32)
-    by_source, order = torch.sort(indices, stable=True)  # each source's destinations, in the lists' order
-    t_indptr = torch.searchsorted(by_source, torch.arange(num_src + 1, device=device))
-    t_indices, ones = dst.index_select(0, order), torch.ones(edges, device=device)
     block = TensorBlock(num_dst, num_src, indptr, indices, dst, 1 / deg.clamp(min=1), 1 / (deg + 1), kernels=kernels)
-    block.csr = (torch.sparse_csr_tensor(indptr, indices, ones, (num_dst, num_src), check_invariants=False),
-                 torch.sparse_csr_tensor(t_indptr, t_indices, ones, (num_src, num_dst), check_invariants=False))
-    block.made = (dst, block.inv_deg, block.inv_deg_self, t_indptr, t_indices, ones)
+    a, a_t, made = csr_matrices(block)
+    block.csr, block.made = (a, a_t), (dst, block.inv_deg, block.inv_deg_self, *made)
     return block

@@ -25,12 +25,9 @@ from ..data.files import write_atomic
 from ..distributed.group import Group, is_group_failure, join, lost
 from ..errors import DiskgnnError, raise_if_interrupted
 from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes, process_age_s
-from ..nn.link import Decoder
-from ..nn.models import GNN
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
-from .working_set import output_dim
 from .run import Run
 
 METRIC = {"node": "acc", "link": "mrr"}  # the val metric that picks the best epoch, and the summary's name for it
@@ -107,16 +104,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     run = Run(cfg, group)
     data = run.loader
     ds = data.ds
-    torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list),
-                cfg.dropout, cfg.heads)
-    if cfg.task == "link":
-        model.decoder = Decoder(cfg.decoder, cfg.hidden)  # a submodule: optimised and checkpointed with the GNN
-    model = model.to(run.device)
-    if cfg.distributed == "independent":
-        run.ddp = torch.nn.parallel.DistributedDataParallel(
-            model, device_ids=run.target.device_ids(group.local_rank))
-    optimizer = run.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay)
+    model, optimizer = run.model_and_optimizer()
     checkpoints = Checkpoints(data.workdir / "checkpoints")
     history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": [], "wall_s_at_val": []}
     best = {"val_acc": -1.0, "epoch": -1}

@@ -21,13 +21,15 @@ from tqdm import tqdm
 
 from ..distributed import cooperative
 from ..distributed.group import Group
-from ..nn.link import batch_scores, link_loss, metrics_of, rank_sums
+from ..nn.link import Decoder, batch_scores, link_loss, metrics_of, rank_sums
+from ..nn.models import GNN
 from ..offline.partitions import partition_rows
 from ..offline.placement import hottest_first
 from ..store.embeddings import EmbeddingTable
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
+from .working_set import output_dim
 
 
 class Run:
@@ -38,12 +40,29 @@ class Run:
         self.loader = Loader(config=cfg, group=group)
         self.device, self.target = self.loader.device, self.loader.target
         self.precision = self.loader.plan.precision
+        if self.precision == "bf16":
+            self.target.use_bf16()
         for line in self.precision_lines():
             self.loader.say(line)
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
         self.embeddings: EmbeddingTable | None = None  # --embeddings: the table (open_embeddings)
+
+    def model_and_optimizer(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        """The run's model, seeded, on its device (with --task link its decoder as a submodule: optimised and
+        checkpointed with the GNN; data-parallel runs wrap it in DDP as `ddp`), and the target's optimizer."""
+        cfg, ds = self.cfg, self.loader.ds
+        torch.manual_seed(cfg.seed)
+        model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list),
+                    cfg.dropout, cfg.heads)
+        if cfg.task == "link":
+            model.decoder = Decoder(cfg.decoder, cfg.hidden)
+        model = model.to(self.device)
+        if cfg.distributed == "independent":
+            self.ddp = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=self.target.device_ids(self.group.local_rank))
+        return model, self.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay)
 
     def open_embeddings(self, resumed: dict | None) -> None:
         """--embeddings: the run's table in WORKDIR/embeddings, new (a fresh run) or rolled back to the
