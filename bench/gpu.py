@@ -212,7 +212,7 @@ def profiled_epoch(data: Path, work: Path, options: dict, device: str = "cuda", 
     from torch.profiler import ProfilerActivity, profile
 
     from diskgnn.train.checkpoints import EpochState
-    from diskgnn.train.config import from_options
+    from diskgnn.train.options import from_options
     from diskgnn.train.run import Run
 
     cfg = from_options(data=str(data), workdir=str(work / "runs" / "profile"), device=device, epochs=2,

@@ -33,7 +33,7 @@ from diskgnn.data.format import open_dataset
 from diskgnn.errors import run_cli
 from diskgnn.nn.link import DECODERS, LOSSES, Decoder, batch_scores, link_loss, metrics_of, rank_sums
 from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
-from diskgnn.train.loader import EVAL_EPOCH
+from diskgnn.train.tasks import EVAL_EPOCH
 
 
 def graph_edges(ds) -> torch.Tensor:

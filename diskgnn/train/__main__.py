@@ -6,7 +6,7 @@ from ..errors import run_cli
 
 
 def main(argv=None) -> None:
-    from .config import resolve
+    from .options import resolve
     from .loop import train
 
     train(resolve(argv))

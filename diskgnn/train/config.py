@@ -1,37 +1,33 @@
-"""The trainer's configuration: defaults, then a YAML file, then command-line flags.
+"""The trainer's configuration: every option once, with its default and help, and what follows from the options
+(the task, the modes as typed values, fanouts as integers, sizes in bytes).
 
-Every option has one kebab-case flag and the same key in YAML (kebab or
-snake case). The resolved configuration is saved with the run, so a run can
-be repeated from its own `config.yaml`.
+Every option has one kebab-case flag and the same key in YAML (kebab or snake case): options.py reads them
+(defaults, then a YAML file, then flags) and saves the resolved configuration with the run, so a run can be
+repeated from its own `config.yaml`; validation.py refuses bad values.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
-
-import yaml
 
 from .. import defaults
 from ..data.features import RAW_FEATURES
-from ..data.files import write_atomic
-from ..data.quantize.spec import canonical_spec
 from ..distributed.cooperative import OWNERS
 from ..distributed.group import MODES
-from ..errors import ArgumentParser, DiskgnnError, UsageError, closest
+from ..errors import UsageError
 from ..io.reader import BACKENDS
 from ..loading.hag import MODES as HAG_MODES
 from ..nn.link import DECODERS, LOSSES
 from ..store.embeddings import OPTIMIZERS
 from ..nn.models import MODELS
-from ..offline.link_batches import EVAL_CHUNK_EDGES, LinkSpec
+from ..offline.link_batches import LinkSpec
 from ..offline.sample import SAMPLERS, Sampler
 from ..units import parse_interval, parse_seconds, parse_size
+from .modes import Distribution, Sampling
+from .tasks import TASKS, Task
 
-TASKS = ("node", "link")
-SAMPLING = ("offline", "replay", "online")
+SAMPLING = tuple(m.value for m in Sampling)
 EVAL = ("sampled", "full", "none")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16", "auto")
@@ -41,6 +37,7 @@ PRECISIONS = ("fp32", "bf16", "auto")
 class TrainConfig:
     data: str | None = field(default=None, metadata={"help": "dataset directory (default: the built-in "
                                                              "synthetic dataset, prepared once under $DISKGNN_HOME)"})
+    # choices: the registry itself, so that a task registered later is one
     task: str = field(default="node", metadata={
         "help": "node: classify the split's nodes; link: predict the graph's edges, scored against the held-out "
                 "ones of a dataset prepared with --edge-split (batches of --batch-size train edges, the nodes whose "
@@ -59,7 +56,8 @@ class TrainConfig:
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda", "choices": DEVICES})
     precision: str = field(default="fp32", metadata={
         "help": "bf16: the layers under autocast in bfloat16 (weights, optimizer and loss in fp32, neighbour "
-                "sums accumulated in fp32); auto: bf16 where the device computes it natively (AVX-512 BF16, AMX, CUDA), else fp32",
+                "sums accumulated in fp32); auto: bf16 where the device computes it natively (AVX-512 BF16, AMX, "
+                "CUDA), else fp32",
         "choices": PRECISIONS})
     memory_budget: str = field(default=defaults.MEMORY_BUDGET, metadata={"help": "all host memory the run may use"})
     host_cache: str = field(default="auto", metadata={
@@ -156,6 +154,19 @@ class TrainConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     @property
+    def task_spec(self) -> Task:
+        """--task as the run's Task (tasks/)."""
+        return TASKS[self.task](self)
+
+    @property
+    def sampling_mode(self) -> Sampling:
+        return Sampling(self.sampling)
+
+    @property
+    def distribution(self) -> Distribution:
+        return Distribution(self.distributed)
+
+    @property
     def fanout_list(self) -> list[int]:
         return _ints(self.fanouts, "--fanouts")
 
@@ -168,17 +179,13 @@ class TrainConfig:
 
     @property
     def link_spec(self) -> LinkSpec | None:
-        """How --task link batches its edges; None for node classification."""
-        return LinkSpec(self.batch_size, self.chunks, self.negatives, self.degree_fraction) if self.task == "link" \
-            else None
+        """How --task link batches its edges; None for other tasks."""
+        return self.task_spec.link_spec()
 
     @property
     def seeds_per_batch(self) -> int:
-        """The most seed nodes a batch has: --batch-size, or a link batch's endpoints and negatives (and an eval
-        batch's), which the plan sizes the working set for."""
-        if self.task == "node":
-            return self.batch_size
-        return max(2 * self.batch_size + self.chunks * self.negatives, 2 * EVAL_CHUNK_EDGES + self.eval_negatives)
+        """The most seed nodes a batch has, which the plan sizes the working set for (the task's)."""
+        return self.task_spec.seeds_per_batch()
 
     @property
     def sampler_spec(self) -> Sampler:
@@ -187,7 +194,7 @@ class TrainConfig:
     @property
     def recent_window(self) -> int:
         """Batches whose rows the recent-rows tier keeps (0 where the batches do not train in file order)."""
-        if self.sampling != "offline":
+        if self.sampling_mode is not Sampling.OFFLINE:
             return 0
         if self.recent_batches == "auto":
             return 1 if self.batch_dependency > 1 else 0
@@ -220,78 +227,10 @@ class TrainConfig:
         return parse_interval(self.checkpoint_every)
 
     def validate(self) -> None:
-        for f in dataclasses.fields(self):
-            choices = f.metadata.get("choices")
-            value = getattr(self, f.name)
-            if choices and value not in choices:
-                raise UsageError(f"--{f.name.replace('_', '-')} {value}: expected one of {', '.join(choices)}"
-                                 + closest(str(value), choices))
-        self.checkpoint_interval, self.dist_timeout_s  # noqa: B018 - refuses a bad value now, not an epoch in
-        if self.distributed != "none" and self.sampling == "online":
-            raise UsageError(f"--distributed {self.distributed}: needs --sampling offline or replay (each rank "
-                             "trains batches sampled ahead)")
-        if self.recent_batches != "auto" and not (self.recent_batches.isdigit() and int(self.recent_batches) <= 64):
-            raise UsageError(f"--recent-batches {self.recent_batches}: expected auto or a number of batches "
-                             "from 0 to 64")
-        if self.batch_dependency < 1:
-            raise UsageError(f"--batch-dependency {self.batch_dependency}: must be at least 1")
-        if self.sampler != "labor" and (self.layer_dependency or self.batch_dependency > 1):
-            raise UsageError("--layer-dependency and --batch-dependency need --sampler labor")
-        fanouts = self.fanout_list
-        if any(f == 0 or f < -1 for f in fanouts):
-            raise UsageError(f"--fanouts {self.fanouts}: each must be positive or -1 (all neighbours)")
-        if len(self.eval_fanout_list) != len(fanouts):
-            raise UsageError(f"--eval-fanouts {self.eval_fanouts}: needs {len(fanouts)} values, one per layer")
-        for name in ("batch_size", "hidden", "epochs", "heads", "max_batches", "eval_max_batches", "threads",
-                     "read_depth"):
-            if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if not 0 <= self.dropout < 1:
-            raise UsageError(f"--dropout {self.dropout}: must be in [0, 1)")
-        if self.lr <= 0:
-            raise UsageError(f"--lr {self.lr}: must be positive")
-        if self.max_blowup is not None and self.max_blowup <= 0:
-            raise UsageError(f"--max-blowup {self.max_blowup}: must be positive")
-        if self.model == "gat" and self.hag == "on":
-            raise UsageError("--hag on: gat weights every edge, so shared partial sums do not apply (sage, gcn)")
-        if self.model == "gat" and self.hidden % self.heads:
-            raise UsageError(f"--hidden {self.hidden}: gat needs a multiple of --heads {self.heads}")
-        if self.features != RAW_FEATURES:
-            try:  # a misspelt spec is refused before any work; whether it is stored, when the data is opened
-                canonical_spec(self.features)
-            except DiskgnnError as e:
-                raise UsageError(f"--features {self.features}: expected {RAW_FEATURES} or a quantized variant: "
-                                 f"{e}") from None
-        if self.task == "link":
-            self._validate_link()
-        if self.embeddings:
-            self._validate_embeddings()
-        if self.summary_json and not Path(self.summary_json).absolute().parent.is_dir():
-            raise UsageError(f"--summary-json {self.summary_json}: its directory does not exist")
-        self.budget_bytes, self.host_cache_bytes, self.device_cache_bytes, self.embedding_cache_bytes  # noqa: B018
+        """Refuses a bad value in one line (validation.py), before any work."""
+        from .validation import validate
 
-    def _validate_link(self) -> None:
-        for name in ("negatives", "chunks", "eval_negatives"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} {getattr(self, name)}: must be at least 1")
-        if not 0 <= self.degree_fraction <= 1:
-            raise UsageError(f"--degree-fraction {self.degree_fraction}: must be in [0, 1]")
-        self._only("--task link")
-
-    def _validate_embeddings(self) -> None:
-        if self.embeddings < 0 or self.embedding_lr <= 0:
-            raise UsageError(f"--embeddings {self.embeddings} --embedding-lr {self.embedding_lr}: a width of at "
-                             "least 0 and a positive rate")
-        self._only(f"--embeddings {self.embeddings}")
-        if self.embedding_partitions and (self.task != "link" or not 2 <= self.embedding_partitions <= 64):
-            raise UsageError(f"--embedding-partitions {self.embedding_partitions}: 2 to 64, with --task link")
-
-    def _only(self, what: str) -> None:
-        """Refuses the options `what` is not built for yet (issue 39), rather than running them wrong."""
-        for flag, value, supported in (("--sampling", self.sampling, ("offline",)), ("--eval", self.eval, (
-                "sampled", "none")), ("--distributed", self.distributed, ("none",)), ("--hag", self.hag, ("off",))):
-            if value not in supported:
-                raise UsageError(f"{flag} {value}: {what} trains with {flag} {' or '.join(supported)} only, so far")
+        validate(self)
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -300,101 +239,3 @@ def _ints(text: str, flag: str) -> list[int]:
     except ValueError:
         raise UsageError(f"{flag} {text}: expected comma-separated integers") from None
     return values
-
-
-_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-
-
-def _convert(name: str, value, where: str):
-    """A YAML or flag value as the field's type."""
-    kind = _FIELDS[name].type
-    if value is None:
-        if "None" in kind:
-            return None
-        raise UsageError(f"{where}: {name.replace('_', '-')} cannot be empty")
-    try:
-        if kind.startswith("bool"):
-            if isinstance(value, bool):
-                return value
-            if str(value).lower() in ("true", "yes", "1", "on"):
-                return True
-            if str(value).lower() in ("false", "no", "0", "off"):
-                return False
-            raise ValueError(value)
-        if kind.startswith("int"):
-            return int(value)
-        if kind.startswith("float"):
-            return float(value)
-        return ",".join(str(v) for v in value) if isinstance(value, list) else str(value)
-    except (TypeError, ValueError):
-        raise UsageError(f"{where}: {name.replace('_', '-')}: cannot read {value!r} as {kind.split(' ')[0]}") from None
-
-
-def load_yaml(path) -> dict:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise DiskgnnError(f"{path}: cannot read ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise UsageError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UsageError(f"{path}: expected a mapping of option: value")
-    out = {}
-    for key, value in data.items():
-        name = str(key).replace("-", "_")
-        if name not in _FIELDS:
-            raise UsageError(f"{path}: unknown option {key!r}"
-                             + closest(str(key), [n.replace("_", "-") for n in _FIELDS]))
-        if isinstance(value, dict):
-            raise UsageError(f"{path}: {key}: expected a value, got a mapping")
-        out[name] = _convert(name, value, f"{path}: {key}")
-    return out
-
-
-def parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="python -m diskgnn.train", description="Plans, samples, packs and trains a GNN out of core.")
-    p.add_argument("--config", metavar="FILE.yaml", help="options from a YAML file (flags override it)")
-    for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type.startswith("bool"):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=f.metadata["help"])
-        else:
-            # Choices are checked by validate() (a YAML value needs the same check), so one message serves both.
-            shown = "" if f.default is None else f" (default: {f.default})"
-            p.add_argument(flag, default=None, help=f"{f.metadata['help']}{shown}", metavar=f.name.upper())
-    return p
-
-
-def resolve(argv=None) -> TrainConfig:
-    """Defaults, overridden by --config FILE, overridden by the flags given."""
-    args = parser().parse_args(argv)
-    values = load_yaml(args.config) if args.config else {}
-    for name in _FIELDS:
-        given = getattr(args, name)
-        if given is not None:
-            values[name] = _convert(name, given, "--" + name.replace("_", "-"))
-    config = TrainConfig(**values)
-    config.validate()
-    return config
-
-
-def from_options(**options) -> TrainConfig:
-    """Defaults, overridden by Python keyword options (the flags' names in snake case; fanouts also as a list),
-    validated as the flags are."""
-    values = {}
-    for key, value in options.items():
-        name = key.replace("-", "_")
-        if name not in _FIELDS:
-            raise UsageError(f"unknown option {key!r}" + closest(key, list(_FIELDS)))
-        values[name] = _convert(name, value, f"option {name}")
-    config = TrainConfig(**values)
-    config.validate()
-    return config
-
-
-def save(config: TrainConfig, path: Path) -> None:
-    text = yaml.safe_dump({k.replace("_", "-"): v for k, v in config.to_dict().items()}, sort_keys=False)
-    write_atomic(path, text.encode())

@@ -43,15 +43,13 @@ from ..loading.hag import HagBuilder
 from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
 from ..offline.epochs import EpochFiles, OfflineEpochs
-from ..offline.link_batches import LinkEpoch
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from ..target import target_for
-from .config import TrainConfig, from_options, save
+from .config import TrainConfig
+from .options import from_options, save
 from .plan import Plan, disk_copies, make_plan, measured, offline_spec
-from .working_set import train_items
-
-EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
+from .tasks import EVAL_EPOCH
 
 
 class Loader:
@@ -84,14 +82,8 @@ class Loader:
         if self.ds.feature_dim == 0 and not cfg.embeddings:
             raise DiskgnnError(f"{self.data}: has no node features: train it with --embeddings D (learnable "
                                "node embeddings of D values)")
-        if cfg.task == "link":
-            if "edge_split" not in self.ds.manifest:
-                raise DiskgnnError(f"{self.data}: --task link needs held-out edges to score: prepare it with "
-                                   "--edge-split TRAIN,VAL,TEST")
-        elif self.train_ids.size == 0:
-            raise DiskgnnError(f"{self.data}: the train split is empty")
-        elif self.ds.num_classes < 2:
-            raise DiskgnnError(f"{self.data}: needs at least 2 classes to train a classifier")
+        self.task = cfg.task_spec
+        self.task.check(self.ds, self.data)
         self.stage_times: dict[str, StageTime] = {}
         # Summed over the trained batches: input rows, each layer's destinations (input layer first), seeds.
         self.trained = {"batches": 0, "input_rows": 0, "destinations": [], "seeds": 0}
@@ -118,7 +110,7 @@ class Loader:
         cfg, ds, group = self.cfg, self.ds, self.group
         for line in plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines():
             self.say(line)
-        if cfg.sampling == "online":
+        if cfg.sampling_mode.online:
             return plan
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
         most = self.epochs.sample_first()
@@ -130,10 +122,9 @@ class Loader:
         placement = self.epochs.plan_placement(list(plan.tiers.items()), keep_counts=bool(cfg.embeddings)
                                                  and not plan.embedding_buffer)  # the hot rows' placement needs them
         if len(self.epochs.files(0).samples) == 0:
-            what = f"{ds.num_edges:,} train edges" if cfg.task == "link" else f"{self.train_ids.size:,} train seeds"
-            raise DiskgnnError(f"{self.data}: {what} make fewer than {group.world} batches of {cfg.batch_size}: "
+            raise DiskgnnError(f"{self.data}: {self.task.items_text(ds)} make fewer than {group.world} batches of {cfg.batch_size}: "
                                "every rank needs one (lower --batch-size)")
-        copies = disk_copies(cfg, train_items(ds, cfg), *(self.eval_size(s) for s in ("val", "test")))
+        copies = disk_copies(cfg, self.task.train_items(ds), *(self.eval_size(s) for s in ("val", "test")))
         # a resumed run's embedding table and journal are on disk already, and counted by the plan again
         held = sum(f.stat().st_size for f in (self.workdir / "embeddings").glob("*.bin"))
         plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.epoch0_rows(), copies, self.workdir,
@@ -145,7 +136,7 @@ class Loader:
                 if not self.eval_size(split):
                     continue
                 # all of them: eval_files keeps this rank's share of their batches
-                seeds, batches = (None, self.link_batches(split)) if cfg.task == "link" else (ds.split(split), None)
+                seeds, batches = self.task.eval_sets(self, split)
                 self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
                                                                 cfg.eval_max_batches, batches)
         self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.host_gather.zero_copy)
@@ -158,7 +149,7 @@ class Loader:
 
     def distributed_line(self) -> str:
         cfg, g = self.cfg, self.group
-        if cfg.distributed == "cooperative":
+        if cfg.distribution.cooperative:
             step = (f"each step trains one global batch of {g.world} x {cfg.batch_size} seeds, every vertex read and "
                     f"computed by its owner ({cfg.owner} of its id) and exchanged all-to-all")
         else:
@@ -174,8 +165,8 @@ class Loader:
         if self.hag.mode == "off":
             why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
             return [f"plan: --hag {cfg.hag}: not used ({why})"]
-        where = ("searched as each batch is sampled and stored with it" if cfg.sampling != "online"
-                 and cfg.distributed != "cooperative" else "searched as each batch is decoded")
+        where = ("searched as each batch is sampled and stored with it" if cfg.sampling_mode.ahead
+                 and not cfg.distribution.cooperative else "searched as each batch is decoded")
         return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
                 + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
                    f"faster (a removed row read saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an "
@@ -193,17 +184,8 @@ class Loader:
         return self._graph_hag
 
     def eval_size(self, split: str) -> int:
-        """A split's nodes, or (--task link) its held-out edges."""
-        return len(self.ds.held_out_edges(split)) if self.cfg.task == "link" else int(self.ds.split(split).size)
-
-    def link_batches(self, split_or_epoch) -> LinkEpoch:
-        """--task link: an epoch's train batches, or a split's eval batches (what its sample file's batch b was
-        sampled for is batch b here; a pass's MiniBatch carries its own as `link`)."""
-        ds = self.ds
-        if isinstance(split_or_epoch, str):
-            return LinkEpoch.held_out(ds.held_out_edges(split_or_epoch), ds.indptr, ds.indices,
-                                      negatives=self.cfg.eval_negatives, split_key=EVAL_EPOCH[split_or_epoch])
-        return self.epochs.link_batches(split_or_epoch)
+        """A split's items: its nodes, or (--task link) its held-out edges."""
+        return self.task.eval_size(self.ds, split)
 
     def eval_seeds(self, split: str) -> np.ndarray:
         """The split's seeds this rank evaluates (every world-th)."""
@@ -236,7 +218,7 @@ class Loader:
         """The batches of this rank's share of `split` ("val" or "test"), at most `eval_max_batches`; under
         --eval full, full-neighbour inference runs instead (diskgnn/nn/inference.py), not a pass."""
         cfg = self.cfg
-        if cfg.sampling == "online":
+        if cfg.sampling_mode.online:
             source = self._online_source(self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split])
         elif split in self.eval_files:
             source = self._offline_source(self.eval_files[split], split)
@@ -248,11 +230,11 @@ class Loader:
 
     def _train_source(self, epoch: int):
         cfg = self.cfg
-        if cfg.sampling == "online":
+        if cfg.sampling_mode.online:
             return self._online_source(self.train_ids, cfg.fanout_list, epoch)
         g, owner, n = self.group, cfg.owner, self.ds.num_nodes
         share = (lambda batch: cooperative.exchange_plan(batch, cooperative.owners(batch.nodes, g.world, owner, n),
-                                                         g.rank, g.world)) if cfg.distributed == "cooperative" else None
+                                                         g.rank, g.world)) if cfg.distribution.cooperative else None
         return self._offline_source(self.epochs.files(epoch), epoch, share)
 
     def _online_source(self, seeds: np.ndarray, fanouts, epoch: int) -> OnlineLoader:
@@ -267,8 +249,8 @@ class Loader:
                              read_depth=self.read_depth, slab_rows=self.plan.batch_rows,
                              assembly=self.target.assembly())
         self.backend = store.backend
-        link = self.link_batches(split_or_epoch) if self.cfg.task == "link" else None
-        return OfflineLoader(files.samples, store, self.labels, self.read_depth, self.target, share, self.hag, link)
+        return OfflineLoader(files.samples, store, self.labels, self.read_depth, self.target, share, self.hag,
+                             self.task.pass_batches(self, split_or_epoch))
 
     def _finished(self, p: "Pass", pipeline) -> None:
         """Adds a train pass's stage times, tier rows and disk bytes to the run's."""

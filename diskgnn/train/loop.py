@@ -30,7 +30,6 @@ from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
 from .run import Run
 
-METRIC = {"node": "acc", "link": "mrr"}  # the val metric that picks the best epoch, and the summary's name for it
 
 
 def versions() -> dict:
@@ -103,7 +102,6 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     started = time.monotonic() - process_age_s()
     run = Run(cfg, group)
     data = run.loader
-    ds = data.ds
     model, optimizer = run.model_and_optimizer()
     checkpoints = Checkpoints(data.workdir / "checkpoints")
     history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": [], "wall_s_at_val": []}
@@ -142,7 +140,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             history["train_loss"].append(loss)
             history["val_acc_per_epoch"].append(val)
             history["wall_s_at_val"].append(time.monotonic() - started)
-            data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val {METRIC[cfg.task]} {val:.4f}")
+            data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val {run.task.metric} {val:.4f}")
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
                 if group.leader:
@@ -184,15 +182,15 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "task": cfg.task,
         "train_loss": history["train_loss"],
         # The val metric (accuracy; --task link: MRR) after each epoch; the checkpoints' history names it val_acc.
-        f"val_{METRIC[cfg.task]}_per_epoch": history["val_acc_per_epoch"],
+        f"val_{run.task.metric}_per_epoch": history["val_acc_per_epoch"],
         # Seconds from the command's start (plan and offline phase included) to each epoch's validation, for
         # time to accuracy; after --resume, the earlier epochs' are the earlier command's.
         "wall_s_at_val": history["wall_s_at_val"],
         "wall_s": wall_s,
-        f"val_{METRIC[cfg.task]}": best["val_acc"],
+        f"val_{run.task.metric}": best["val_acc"],
         "best_epoch": best["epoch"],
-        f"test_{METRIC[cfg.task]}": test,
-        **({"test_metrics": run.link_metrics.get("test")} if cfg.task == "link" else {}),
+        f"test_{run.task.metric}": test,
+        **run.task.summary(run),
         # --embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled
         **({"embeddings": {**run.embeddings.stats, "table_bytes": run.embeddings.table_bytes,
                            "hot_rows": int((run.embeddings.hot_ids >= 0).sum())}} if run.embeddings else {}),
@@ -207,14 +205,7 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
     write_atomic(data.workdir / "summary.json", text)
     if cfg.summary_json:
         write_atomic(Path(cfg.summary_json), text)
-    if cfg.task == "link":
-        m = run.link_metrics.get("test") or {}
-        result = (f"test MRR {test:.4f} (Hits@1 {m.get('hits@1', float('nan')):.4f}, Hits@10 "
-                  f"{m.get('hits@10', float('nan')):.4f}, AUC {m.get('auc', float('nan')):.4f}; against "
-                  f"{cfg.eval_negatives} sampled negatives), best val MRR {best['val_acc']:.4f}")
-    else:
-        result = (f"test acc {test:.4f} (chance {1 / data.ds.num_classes:.4f}), best val acc "
-                  f"{best['val_acc']:.4f}")
+    result = run.task.result_line(run, test, best)
     print(f"train: done: {result} at epoch {best['epoch']}; epoch times "
           + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
           + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "

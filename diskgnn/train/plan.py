@@ -31,14 +31,8 @@ from ..store.uva import HostGather, host_gather
 from ..target import target_for
 from ..units import format_size
 from .config import TrainConfig
+from .modes import Sampling
 from .working_set import batch_layers, working_set
-
-
-def _splits(ds: Dataset, cfg: TrainConfig) -> dict:
-    if cfg.task == "link":
-        return {"train edges (the graph's)": ds.num_edges,
-                **{f"{s} edges": len(ds.held_out_edges(s)) for s in ("val", "test")}}
-    return {s: int(ds.split(s).size) for s in ("train", "val", "test")}
 
 
 def disk_copies(cfg, train: int, val: int, test: int) -> float:
@@ -48,7 +42,7 @@ def disk_copies(cfg, train: int, val: int, test: int) -> float:
     def cut(n: int, batches: int | None) -> int:
         return n if batches is None else min(n, batches * cfg.batch_size)
 
-    copies = 1 if cfg.sampling == "replay" or cfg.epochs == 1 else 2
+    copies = 1 if cfg.sampling_mode.replay or cfg.epochs == 1 else 2
     if cfg.eval == "sampled":
         copies += (cut(val, cfg.eval_max_batches) + cut(test, cfg.eval_max_batches)) / max(1, cut(train,
                                                                                                     cfg.max_batches))
@@ -93,7 +87,7 @@ class Plan:
     device: str
     precision: str  # the step's: fp32 or bf16 (--precision auto resolved for the device)
     host_gather: HostGather  # with a device: zero copy or the CPU's gather of host tiers' rows, and why
-    sampling: str
+    sampling: Sampling
     features: str  # the stored rows' name: fp32 or a quantized spec
     features_file: str
     features_fidelity: dict | None  # a quantized variant's report from its fit
@@ -180,7 +174,7 @@ class Plan:
                           "among them"))
         if target_for(self.device).device_tier:
             out.append(f"plan: {self.host_gather.line}")
-        if self.sampling == "online":
+        if self.sampling.online:
             out.append("plan: online sampling: no placement (future accesses unknown); every row is read from "
                        f"{self.features_file}")
         else:
@@ -226,7 +220,7 @@ class Plan:
              "features_fidelity": self.features_fidelity, "embedding_table_bytes": self.embedding_table,
              "embedding_host_bytes": self.embedding_host, "embedding_buffer": self.embedding_buffer,
              "batch_rows": self.batch_rows}
-        if self.sampling != "online":
+        if self.sampling.ahead:
             d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
                      page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
                      recent_batches=self.recent_batches, input_rows_per_batch=self.input_rows_per_batch,
@@ -241,7 +235,7 @@ def _fit(source: FeatureSource, cfg: TrainConfig, budget: int, host: int,
     1), then the larger packer floor, that the budget holds beside an explicit --host-cache. `working`: the
     working set with (reads in flight, packer floor)."""
     depths = [cfg.read_depth] if cfg.read_depth is not None else range(defaults.READ_DEPTH, 0, -1)
-    packs_nothing = cfg.sampling == "online" or not source.row_bytes  # or a featureless dataset's
+    packs_nothing = cfg.sampling_mode.online or not source.row_bytes  # or a featureless dataset's
     floors = (0,) if packs_nothing else (defaults.PACK_MEMORY, defaults.MIN_PACK_MEMORY)
     for depth in depths:
         for pack in floors:
@@ -266,10 +260,10 @@ def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag
     batch (world x --batch-size seeds) and places, packs and reads only the input rows it owns; under
     data parallelism each rank keeps its shard of the batches. HAGs are stored with the samples except for
     cooperative runs, whose blocks are each rank's share (searched as they are decoded)."""
-    coop = cfg.distributed == "cooperative"
+    coop = cfg.distribution.cooperative
     return EpochSpec(
         fanouts=tuple(cfg.fanout_list), batch_size=cfg.batch_size * (group.world if coop else 1), seed=cfg.seed,
-        pack_memory=plan.pack_memory, features=source, replay=cfg.sampling == "replay", max_blowup=cfg.max_blowup,
+        pack_memory=plan.pack_memory, features=source, replay=cfg.sampling_mode.replay, max_blowup=cfg.max_blowup,
         threads=cfg.threads, max_batches=cfg.max_batches, read_ahead=plan.topology_read_ahead,
         sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
         rows=(lambda samples: OwnedRows(samples, group.rank, group.world, cfg.owner, plan.num_nodes)) if coop else None,
@@ -291,7 +285,8 @@ def measured(plan: Plan, ds: Dataset, source: FeatureSource, cfg: TrainConfig, w
     headroom for later epochs') rather than the bound, which assumes no row is reached twice (W2 at 1,024
     seeds: 62,464 rows, where 34,231 at most are read); the host cache and the page cache get what that frees.
     Kept where evaluation or link batches may be larger than epoch 0's train batches."""
-    if cfg.task == "link" or cfg.eval_fanout_list != cfg.fanout_list or not defaults.MEASURED_ROWS_HEADROOM:
+    if not cfg.task_spec.sized_from_epoch0 or cfg.eval_fanout_list != cfg.fanout_list \
+            or not defaults.MEASURED_ROWS_HEADROOM:
         return plan
     rows = min(plan.batch_rows, int(most * defaults.MEASURED_ROWS_HEADROOM) + 1)
     return plan_for(ds, source, cfg, plan.device, plan.precision, lambda: plan.host_gather, world, rows)
@@ -325,9 +320,9 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
             tiers = {"device": cfg.device_cache_bytes, **tiers}
     plan = Plan(
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
-        feature_dtype=ds.feature_dtype.name, splits=_splits(ds, cfg),
+        feature_dtype=ds.feature_dtype.name, splits=cfg.task_spec.splits(ds),
         budget_text=cfg.memory_budget, budget=budget, device=device, precision=precision, host_gather=gather(),
-        sampling=cfg.sampling, features=source.name,
+        sampling=cfg.sampling_mode, features=source.name,
         features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
         raw_row_bytes=ds.row_bytes, working_set=need,
         read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
@@ -335,12 +330,10 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         embedding_table=table, embedding_host=emb_host, embedding_buffer=buffer,
         workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
                  + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
-                 + (f"; task link (batches of {cfg.batch_size} edges in {cfg.chunks} chunks of {cfg.negatives} "
-                    f"shared negatives, {cfg.degree_fraction:.0%} by degree; decoder {cfg.decoder}, loss "
-                    f"{cfg.link_loss}; eval against {cfg.eval_negatives} negatives)" if cfg.task == "link" else ""),
+                 + cfg.task_spec.workload_text(),
         batch_rows=rows or batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0],
         recent_batches=cfg.recent_window)
-    if cfg.sampling == "online":
+    if cfg.sampling_mode.online:
         return plan
     # What the budget leaves to the page cache goes first to the topology (read ahead only where it
     # fits), then half of the rest to the packer: it stages one buffer per batch, so on a fixed

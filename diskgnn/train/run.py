@@ -16,12 +16,10 @@ from typing import Callable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..distributed import cooperative
 from ..distributed.group import Group
-from ..nn.link import Decoder, batch_scores, link_loss, metrics_of, rank_sums
 from ..nn.models import GNN
 from ..offline.partitions import partition_rows
 from ..offline.placement import hottest_first
@@ -29,7 +27,6 @@ from ..store.embeddings import EmbeddingTable
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
-from .working_set import output_dim
 
 
 class Run:
@@ -38,7 +35,7 @@ class Run:
     def __init__(self, cfg: TrainConfig, group: Group = Group()):
         self.cfg, self.group = cfg, group
         self.loader = Loader(config=cfg, group=group)
-        self.device, self.target = self.loader.device, self.loader.target
+        self.device, self.target, self.task = self.loader.device, self.loader.target, self.loader.task
         self.precision = self.loader.plan.precision
         if self.precision == "bf16":
             self.target.use_bf16()
@@ -54,12 +51,11 @@ class Run:
         checkpointed with the GNN; data-parallel runs wrap it in DDP as `ddp`), and the target's optimizer."""
         cfg, ds = self.cfg, self.loader.ds
         torch.manual_seed(cfg.seed)
-        model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(cfg.fanout_list),
-                    cfg.dropout, cfg.heads)
-        if cfg.task == "link":
-            model.decoder = Decoder(cfg.decoder, cfg.hidden)
+        model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, self.task.output_dim(ds),
+                    len(cfg.fanout_list), cfg.dropout, cfg.heads)
+        self.task.head(model)
         model = model.to(self.device)
-        if cfg.distributed == "independent":
+        if cfg.distribution.independent:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=self.target.device_ids(self.group.local_rank))
         return model, self.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay)
@@ -120,13 +116,6 @@ class Run:
         loss (this rank's seeds' mean; cooperative: their part of the global batch's mean), the bytes sent and
         what the loss is a mean over (seeds, or --task link's edges)."""
         x, trained = self.inputs(mb, True)
-        if mb.link is not None:
-            with self.autocast():
-                h = model(mb.blocks, x, mb.rows)
-            loss = link_loss(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local), self.cfg.link_loss)
-            loss.backward()
-            self._embedding_step(mb, trained)
-            return loss, 0, mb.link.src.size
         if mb.share is not None:
             with self.autocast():
                 logits, sent = cooperative.forward(model, mb.share, mb.x, mb.salt)
@@ -135,11 +124,11 @@ class Run:
             cooperative.sum_gradients(model)
             return loss * mb.share.num_seeds / max(1, mb.labels.numel()), sent, mb.labels.numel()
         with self.autocast():
-            logits = (self.ddp or model)(mb.blocks, x, mb.rows)
-        loss = F.cross_entropy(logits.float(), mb.labels)
+            out = (self.ddp or model)(mb.blocks, x, mb.rows)
+        loss, items = self.task.loss(model, out, mb)
         loss.backward()  # DDP averages the ranks' gradients as it goes
         self._embedding_step(mb, trained)
-        return loss, 0, mb.labels.numel()
+        return loss, 0, items
 
     def train_epoch(self, model, optimizer, state: EpochState,
                     checkpoint: Callable[[EpochState], None] | None = None) -> Pass:
@@ -201,46 +190,4 @@ class Run:
         link_metrics (under torchrun: each rank's share, summed over the ranks)."""
         if self.cfg.eval == "none" or self.loader.eval_size(split) == 0:
             return float("nan")
-        if self.cfg.task == "link":
-            sums = self._evaluate_link(model, split)
-            self.link_metrics[split] = metrics_of(dict(zip(sums, self.group.sum(list(sums.values())))))
-            return self.link_metrics[split]["mrr"]
-        correct, total = self.group.sum(list(self._evaluate(model, split)))
-        return correct / max(1, total)
-
-    def _evaluate_link(self, model, split: str) -> dict:
-        """rank_sums over this rank's eval batches of the split."""
-        model.eval()
-        sums = rank_sums(torch.zeros(0), torch.zeros(0, 1))
-        for mb in self.loader.evaluation(split):
-            with self.autocast():
-                h = model(mb.blocks, self.inputs(mb, False)[0])
-            for k, v in rank_sums(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local)).items():
-                sums[k] += v
-        return sums
-
-    def _evaluate(self, model, split: str) -> tuple[int, int]:
-        """(correct, total) over this rank's seeds of the split."""
-        model.eval()
-        loader = self.loader
-        if self.cfg.eval == "full":
-            from ..nn.inference import full_neighbour_logits
-
-            seeds = loader.eval_seeds(split)
-            if self.cfg.eval_max_batches is not None:
-                seeds = seeds[: self.cfg.eval_max_batches * self.cfg.batch_size]
-            if seeds.size == 0:
-                return 0, 0
-            with self.autocast():
-                logits = full_neighbour_logits(model, loader.ds, seeds, loader.workdir / "inference",
-                                               batch_size=self.cfg.batch_size, device=self.device,
-                                               features=loader.source,
-                                               hag=loader.graph_hag() if self.target.hag else None)
-            return int((logits.argmax(1).numpy() == loader.labels[seeds]).sum()), int(seeds.size)
-        correct = total = 0
-        for mb in loader.evaluation(split):
-            with self.autocast():
-                pred = model(mb.blocks, self.inputs(mb, False)[0]).argmax(1)
-            correct += int((pred == mb.labels).sum())
-            total += mb.labels.numel()
-        return correct, total
+        return self.task.evaluate(self, model, split)

@@ -28,16 +28,6 @@ def batch_layers(ds: Dataset, batch_size: int, fanouts: list[int]) -> list[tuple
     return layers
 
 
-def output_dim(ds: Dataset, cfg: TrainConfig) -> int:
-    """The model's output width: a score per class, or (--task link) a representation of --hidden values."""
-    return cfg.hidden if cfg.task == "link" else ds.num_classes
-
-
-def train_items(ds: Dataset, cfg: TrainConfig) -> int:
-    """What an epoch's batches are cut from: train nodes, or (--task link) the graph's edges."""
-    return ds.num_edges if cfg.task == "link" else int(ds.split("train").size)
-
-
 def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth: int = defaults.READ_DEPTH,
                 pack_memory: int = defaults.PACK_MEMORY, precision: str = "fp32", device: str = "cpu",
                 rows: int | None = None, world: int = 1) -> int:
@@ -47,7 +37,7 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     layers = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)
     rows = layers[0][0] if rows is None else rows
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
-    dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, output_dim(ds, cfg), len(layers))
+    dims = layer_dims(ds.feature_dim + cfg.embeddings, cfg.hidden, cfg.task_spec.output_dim(ds), len(layers))
     host = target_for(device).host_bytes(source, cfg, layers, dims, rows, read_depth, precision)
     packs = pack_plan_bytes(ds, cfg, rows, world) if source.row_bytes else 0  # a featureless dataset packs nothing
     return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(
@@ -58,9 +48,9 @@ def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int, world: int = 1) ->
     """The packer's plan while it packs an epoch beside training (offline sampling): at most every input
     row of every batch of the epoch packed (W1 at fanouts 10,5 packs 0.48 of that bound with 10 % cached). Each
     of `world` ranks packs its shard of the batches, or (cooperative) its rows of the global batches: as many."""
-    if cfg.sampling == "online":
+    if cfg.sampling_mode.online:
         return 0
-    batches = -(-train_items(ds, cfg) // (cfg.batch_size * world))
+    batches = -(-cfg.task_spec.train_items(ds) // (cfg.batch_size * world))
     if cfg.max_batches is not None:
         batches = min(batches, cfg.max_batches)
     recent_table = 8 * ds.num_nodes if cfg.recent_window else 0  # the batch and position each node was last read

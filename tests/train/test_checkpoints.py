@@ -13,7 +13,7 @@ import torch
 
 from diskgnn.errors import DiskgnnError
 from diskgnn.train.checkpoints import Checkpoints
-from diskgnn.train.config import resolve
+from diskgnn.train.options import resolve
 
 from conftest import REPO, kill_once_checkpointed
 

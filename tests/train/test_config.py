@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from diskgnn.errors import DiskgnnError
-from diskgnn.train.config import resolve
+from diskgnn.train.options import resolve
 
 from conftest import run_module
 

@@ -16,7 +16,7 @@ from diskgnn.nn.models import GNN
 from diskgnn.offline.link_batches import LinkEpoch
 from diskgnn.offline.sample import SampleFile
 from diskgnn.train.checkpoints import Checkpoints
-from diskgnn.train.config import from_options
+from diskgnn.train.options import from_options
 from diskgnn.train.__main__ import main as train_main
 
 
@@ -91,7 +91,7 @@ def test_the_loader_api_pairs_each_batch_with_its_edges(link_data, tmp_path):
                     workdir=str(tmp_path / "api"), progress=False, log=None)
     try:
         for split_or_epoch, batches in ((0, loader.epoch(0)), ("val", loader.evaluation("val"))):
-            link = loader.link_batches(split_or_epoch)
+            link = loader.task.pass_batches(loader, split_or_epoch)
             seen = [mb.batch.index for mb in batches if np.array_equal(mb.batch.seeds,
                                                                        link[mb.batch.index].seeds)]
             assert seen == list(range(len(link))), split_or_epoch

@@ -1,0 +1,43 @@
+"""The run's modes as typed values, resolved once from their flags (config.py's properties): nothing past config
+compares a mode's string."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Sampling(Enum):
+    """--sampling: where batches come from."""
+
+    OFFLINE = "offline"  # sampled and packed ahead, a fresh sample every epoch
+    REPLAY = "replay"  # epoch 0's samples and packs for every epoch
+    ONLINE = "online"  # sampled as training reaches them, rows read by id (the baseline)
+
+    @property
+    def online(self) -> bool:
+        return self is Sampling.ONLINE
+
+    @property
+    def replay(self) -> bool:
+        return self is Sampling.REPLAY
+
+    @property
+    def ahead(self) -> bool:
+        """Batches sampled (and packed) before training reaches them."""
+        return self is not Sampling.ONLINE
+
+
+class Distribution(Enum):
+    """--distributed: how the ranks of a torchrun share the work."""
+
+    NONE = "none"
+    INDEPENDENT = "independent"  # data parallel: a shard of the batches each, gradients averaged (DDP)
+    COOPERATIVE = "cooperative"  # every rank's share of each global batch, rows exchanged
+
+    @property
+    def independent(self) -> bool:
+        return self is Distribution.INDEPENDENT
+
+    @property
+    def cooperative(self) -> bool:
+        return self is Distribution.COOPERATIVE

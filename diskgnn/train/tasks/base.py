@@ -1,0 +1,79 @@
+"""The task protocol: what the trainer asks of what a run learns (node.py and link.py say how)."""
+
+from __future__ import annotations
+
+EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
+
+
+class Task:
+    """One task, for one configuration (`cfg`). Loaders and runs are handed to it, never imported."""
+
+    name = ""
+    metric = ""  # the val metric that picks the best epoch, and the summary's name for it
+    sized_from_epoch0 = True  # the plan may be made again from epoch 0's train batches (none larger later)
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def seeds_per_batch(self) -> int:
+        """The most seed nodes one of its batches has (the plan sizes the working set for it)."""
+        return self.cfg.batch_size
+
+    def link_spec(self):
+        """How its batches are cut from edges (offline/link_batches.py's LinkSpec), or None."""
+        return None
+
+    def check(self, ds, data) -> None:
+        """A DiskgnnError (one line naming `data`) where the dataset cannot be trained for this task."""
+
+    def output_dim(self, ds) -> int:
+        """The model's output width."""
+        raise NotImplementedError
+
+    def train_items(self, ds) -> int:
+        """What an epoch's batches are cut from (train nodes, edges)."""
+        raise NotImplementedError
+
+    def items_text(self, ds) -> str:
+        """train_items in words, for a refusal."""
+        raise NotImplementedError
+
+    def splits(self, ds) -> dict[str, int]:
+        """The plan's line of splits: name -> items."""
+        raise NotImplementedError
+
+    def eval_size(self, ds, split: str) -> int:
+        """Items of a val or test split (0: none)."""
+        raise NotImplementedError
+
+    def eval_sets(self, loader, split: str):
+        """(seeds, batches) the split's eval batches are sampled from: a node split's seeds, or batches computed
+        otherwise (OfflineEpochs.eval_files takes one of the two)."""
+        raise NotImplementedError
+
+    def pass_batches(self, loader, split_or_epoch):
+        """What a pass's MiniBatches carry beside their sampled batch (MiniBatch.link), or None."""
+        return None
+
+    def workload_text(self) -> str:
+        """What the plan's workload line adds for this task."""
+        return ""
+
+    def head(self, model) -> None:
+        """Adds the task's own modules to the model (optimised and checkpointed with it)."""
+
+    def loss(self, model, out, mb):
+        """(the batch's loss, what it is a mean over) from the model's output rows `out`."""
+        raise NotImplementedError
+
+    def evaluate(self, run, model, split: str) -> float:
+        """The metric on this rank's share of the split, summed over the ranks."""
+        raise NotImplementedError
+
+    def summary(self, run) -> dict:
+        """The summary's fields beside the metric's."""
+        return {}
+
+    def result_line(self, run, test: float, best: dict) -> str:
+        """The final line's result part."""
+        raise NotImplementedError

@@ -1,0 +1,92 @@
+"""Link prediction: batches of the graph's edges, each batch's nodes sampled as seeds, a decoder scoring pairs
+against shared negatives, MRR (with Hits@k and AUC) on the held-out edges."""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import DiskgnnError
+from ...nn.link import Decoder, batch_scores, link_loss, metrics_of, rank_sums
+from ...offline.link_batches import EVAL_CHUNK_EDGES, LinkEpoch, LinkSpec
+from .base import EVAL_EPOCH, Task
+
+
+class LinkTask(Task):
+    name, metric = "link", "mrr"
+    sized_from_epoch0 = False  # an evaluation's batches may be larger than epoch 0's train batches
+
+    def seeds_per_batch(self) -> int:
+        """A train batch's endpoints and negatives, or an eval batch's."""
+        cfg = self.cfg
+        return max(2 * cfg.batch_size + cfg.chunks * cfg.negatives, 2 * EVAL_CHUNK_EDGES + cfg.eval_negatives)
+
+    def link_spec(self) -> LinkSpec:
+        cfg = self.cfg
+        return LinkSpec(cfg.batch_size, cfg.chunks, cfg.negatives, cfg.degree_fraction)
+
+    def check(self, ds, data) -> None:
+        if "edge_split" not in ds.manifest:
+            raise DiskgnnError(f"{data}: --task link needs held-out edges to score: prepare it with "
+                               "--edge-split TRAIN,VAL,TEST")
+
+    def output_dim(self, ds) -> int:
+        return self.cfg.hidden
+
+    def train_items(self, ds) -> int:
+        return ds.num_edges
+
+    def items_text(self, ds) -> str:
+        return f"{ds.num_edges:,} train edges"
+
+    def splits(self, ds) -> dict[str, int]:
+        return {"train edges (the graph's)": ds.num_edges,
+                **{f"{s} edges": len(ds.held_out_edges(s)) for s in ("val", "test")}}
+
+    def eval_size(self, ds, split: str) -> int:
+        return len(ds.held_out_edges(split))
+
+    def eval_sets(self, loader, split: str):
+        return None, self.pass_batches(loader, split)
+
+    def pass_batches(self, loader, split_or_epoch) -> LinkEpoch:
+        """An epoch's train batches, or a split's eval batches (what its sample file's batch b was sampled for is
+        batch b here; a pass's MiniBatch carries its own as `link`)."""
+        ds = loader.ds
+        if isinstance(split_or_epoch, str):
+            return LinkEpoch.held_out(ds.held_out_edges(split_or_epoch), ds.indptr, ds.indices,
+                                      negatives=self.cfg.eval_negatives, split_key=EVAL_EPOCH[split_or_epoch])
+        return loader.epochs.link_batches(split_or_epoch)
+
+    def workload_text(self) -> str:
+        cfg = self.cfg
+        return (f"; task link (batches of {cfg.batch_size} edges in {cfg.chunks} chunks of {cfg.negatives} "
+                f"shared negatives, {cfg.degree_fraction:.0%} by degree; decoder {cfg.decoder}, loss "
+                f"{cfg.link_loss}; eval against {cfg.eval_negatives} negatives)")
+
+    def head(self, model) -> None:
+        model.decoder = Decoder(self.cfg.decoder, self.cfg.hidden)
+
+    def loss(self, model, out, mb):
+        return link_loss(*batch_scores(model.decoder, out.float(), mb.link, mb.link.local), self.cfg.link_loss), \
+            mb.link.src.size
+
+    def evaluate(self, run, model, split: str) -> float:
+        """MRR; every metric kept in run.link_metrics."""
+        model.eval()
+        sums = rank_sums(torch.zeros(0), torch.zeros(0, 1))
+        for mb in run.loader.evaluation(split):
+            with run.autocast():
+                h = model(mb.blocks, run.inputs(mb, False)[0])
+            for k, v in rank_sums(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local)).items():
+                sums[k] += v
+        run.link_metrics[split] = metrics_of(dict(zip(sums, run.group.sum(list(sums.values())))))
+        return run.link_metrics[split]["mrr"]
+
+    def summary(self, run) -> dict:
+        return {"test_metrics": run.link_metrics.get("test")}
+
+    def result_line(self, run, test: float, best: dict) -> str:
+        m = run.link_metrics.get("test") or {}
+        return (f"test MRR {test:.4f} (Hits@1 {m.get('hits@1', float('nan')):.4f}, Hits@10 "
+                f"{m.get('hits@10', float('nan')):.4f}, AUC {m.get('auc', float('nan')):.4f}; against "
+                f"{self.cfg.eval_negatives} sampled negatives), best val MRR {best['val_acc']:.4f}")
