@@ -58,8 +58,8 @@ def _parse(env: str, text: str, kind: str):
             return False
         raise ValueError
     except (ValueError, DiskgnnError):
-        what = {"size": "a size such as 512MiB", "budget": "a size such as 2GiB", "int": "a whole number >= 0", "float": "a positive number",
-                "bool": "true or false"}[kind]
+        what = {"size": "a size such as 512MiB", "budget": "a size such as 2GiB", "int": "a whole number >= 0",
+                "float": "a positive number", "bool": "true or false"}[kind]
         raise UsageError(f"{env}={text!r}: expected {what}") from None
 
 

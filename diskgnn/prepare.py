@@ -1,4 +1,5 @@
-"""`python -m diskgnn.prepare SOURCE --out DIR`: any supported input -> a diskgnn dataset. The command lives in diskgnn.data.prepare."""
+"""`python -m diskgnn.prepare SOURCE --out DIR`: any supported input -> a diskgnn dataset. The command lives in
+diskgnn.data.prepare."""
 
 import sys
 

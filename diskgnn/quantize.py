@@ -1,4 +1,5 @@
-"""`python -m diskgnn.quantize DIR --spec SPEC`: adds quantized feature variants to a dataset. The command lives in diskgnn.data.quantize.cli."""
+"""`python -m diskgnn.quantize DIR --spec SPEC`: adds quantized feature variants to a dataset. The command lives
+in diskgnn.data.quantize.cli."""
 
 import sys
 

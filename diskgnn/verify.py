@@ -1,4 +1,5 @@
-"""`python -m diskgnn.verify DIR`: every checksum and invariant of a dataset. The command lives in diskgnn.data.verify."""
+"""`python -m diskgnn.verify DIR`: every checksum and invariant of a dataset. The command lives in
+diskgnn.data.verify."""
 
 import sys
 

@@ -18,6 +18,7 @@ PACKAGE = REPO / "diskgnn"
 DATA_SIDE = ("diskgnn.data", "diskgnn.offline", "diskgnn.io", "diskgnn.store", "diskgnn.loading")
 MODEL_SIDE = ("diskgnn.nn", "diskgnn.train")
 MAX_LINES = 400
+MAX_COLUMNS = 120
 BENCH = REPO / "bench"
 BENCH_MAX_LINES = 450  # the studies' report renderers are long strings of prose
 
@@ -128,6 +129,13 @@ def test_the_data_side_never_imports_the_model_side():
 def test_no_module_is_long():
     long = {name: n for name, path in modules().items() if (n := path.read_text().count("\n")) > MAX_LINES}
     assert long == {}
+
+
+def test_no_line_is_wide():
+    """Modules are kept short by splitting responsibilities, not by packing lines."""
+    wide = [f"{name}:{i}" for name, path in modules().items()
+            for i, line in enumerate(path.read_text().splitlines(), 1) if len(line) > MAX_COLUMNS]
+    assert wide == []
 
 
 def test_every_subpackage_says_what_it_does():

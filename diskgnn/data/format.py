@@ -235,7 +235,8 @@ def check_file_sizes(path: Path, manifest: dict) -> None:
             raise DiskgnnError(f"{fpath}: missing ({kind} file named in the manifest)")
         size = fpath.stat().st_size
         if size != entry["file_bytes"]:
-            raise DiskgnnError(f"{fpath}: {size} bytes, the manifest says {entry['file_bytes']} (truncated or replaced)")
+            raise DiskgnnError(f"{fpath}: {size} bytes, the manifest says {entry['file_bytes']} (truncated or "
+                               "replaced)")
 
 
 def check_file_checksum(path: Path, entry: dict) -> None:

@@ -82,7 +82,8 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     """
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
-        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least {format_size(defaults.MIN_PREPARE_BUDGET)}")
+        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least "
+                         f"{format_size(defaults.MIN_PREPARE_BUDGET)}")
     split_ratios = _with_train_fraction(train_fraction, split_ratios, split_per_class)
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
         raise UsageError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")
@@ -254,7 +255,8 @@ class _Job:
         for block in tqdm(src.features(max(1, self.work // (4 * max(1, row_bytes)))), desc="features", total=None,
                           **self.bar):
             if block.ndim != 2 or block.shape[1] != src.feature_dim:
-                raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected ({src.feature_dim},)")
+                raise DiskgnnError(f"{src.name}: feature rows of shape {block.shape[1:]}, expected "
+                                   f"({src.feature_dim},)")
             if normalize:
                 block = row_normalized(block, writer.rows, src.feature_name)
             with np.errstate(over="ignore", invalid="ignore"):  # reported below as non-finite

@@ -112,7 +112,8 @@ def fill_rows(reader, ids: np.ndarray, dest: torch.Tensor, chunk_bytes: int) -> 
         return
     rows = max(1, min(n, chunk_bytes // max(1, reader.row_bytes)))
     pinned = dest.device.type == "cuda"
-    buffers = [torch.empty((rows, dest.shape[1]), dtype=dest.dtype, pin_memory=pinned) for _ in range(min(2, -(-n // rows)))]
+    buffers = [torch.empty((rows, dest.shape[1]), dtype=dest.dtype, pin_memory=pinned)
+               for _ in range(min(2, -(-n // rows)))]
     events = [None] * len(buffers)
     stream = torch.cuda.Stream(dest.device) if pinned else None
     for k, start in enumerate(range(0, n, rows)):

@@ -75,7 +75,8 @@ class Checkpoints:
         _, length = _HEAD.unpack_from(data)
         payload = data[_HEAD.size:_HEAD.size + length]
         if len(data) != _HEAD.size + length + _TAIL.size:
-            raise DiskgnnError(f"{path}: truncated ({len(data)} bytes, the header says {length + _HEAD.size + _TAIL.size})")
+            raise DiskgnnError(f"{path}: truncated ({len(data)} bytes, the header says "
+                               f"{length + _HEAD.size + _TAIL.size})")
         if _TAIL.unpack_from(data, _HEAD.size + length)[0] != xxhash.xxh3_64_intdigest(payload):
             raise DiskgnnError(f"{path}: fails its checksum (the checkpoint is corrupted)")
         return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)

@@ -122,8 +122,8 @@ class Loader:
         placement = self.epochs.plan_placement(list(plan.tiers.items()), keep_counts=bool(cfg.embeddings)
                                                  and not plan.embedding_buffer)  # the hot rows' placement needs them
         if len(self.epochs.files(0).samples) == 0:
-            raise DiskgnnError(f"{self.data}: {self.task.items_text(ds)} make fewer than {group.world} batches of {cfg.batch_size}: "
-                               "every rank needs one (lower --batch-size)")
+            raise DiskgnnError(f"{self.data}: {self.task.items_text(ds)} make fewer than {group.world} batches of "
+                               f"{cfg.batch_size}: every rank needs one (lower --batch-size)")
         copies = disk_copies(cfg, self.task.train_items(ds), *(self.eval_size(s) for s in ("val", "test")))
         # a resumed run's embedding table and journal are on disk already, and counted by the plan again
         held = sum(f.stat().st_size for f in (self.workdir / "embeddings").glob("*.bin"))

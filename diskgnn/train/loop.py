@@ -64,8 +64,8 @@ def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
         try:
             state = checkpoints.load("last")
             if state is None:
-                print(f"plan: --resume: no checkpoint in {checkpoints.dir} (is --workdir the one meant?): training starts "
-                      "from the beginning")
+                print(f"plan: --resume: no checkpoint in {checkpoints.dir} (is --workdir the one meant?): training "
+                      "starts from the beginning")
             else:
                 check_same_run(checkpoints.path("last"), state["config"], cfg.to_dict())
                 if state.get("world", 1) != group.world:

@@ -67,7 +67,8 @@ def load_yaml(path) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="python -m diskgnn.train", description="Plans, samples, packs and trains a GNN out of core.")
+    p = ArgumentParser(prog="python -m diskgnn.train",
+                       description="Plans, samples, packs and trains a GNN out of core.")
     p.add_argument("--config", metavar="FILE.yaml", help="options from a YAML file (flags override it)")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")

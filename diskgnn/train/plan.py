@@ -168,7 +168,8 @@ class Plan:
                        f"optimizer state = {format_size(self.embedding_table)} on disk in the workdir; "
                        + (f"{format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), the rest "
                           "read per batch and written back in id order behind an undo journal" if not parts else
-                          f"{parts} partitions of {format_size(self.embedding_table // parts)}, {held} in memory at once "
+                          f"{parts} partitions of {format_size(self.embedding_table // parts)}, {held} in memory "
+                          "at once "
                           f"({format_size(self.embedding_host)}), each read and written back whole (behind an undo "
                           "journal) as the epoch's buffer states turn; a batch's edges, negatives and neighbours are "
                           "among them"))
@@ -204,7 +205,8 @@ class Plan:
                                 f"{n} {r:.1%}" + (f" ({self.tier_rows_placed[n]:,} rows)" if n in self.tier_rows_placed
                                                   else f" (the last {self.recent_batches} batches' rows)")
                                 for n, r in rates.items())
-                            + f", packs {1 - sum(rates.values()):.1%} of {self.input_rows_per_batch:,.0f} rows per batch")
+                            + f", packs {1 - sum(rates.values()):.1%} of {self.input_rows_per_batch:,.0f} rows per "
+                              "batch")
                 + "; samples "
                 f"{format_size(self.samples_bytes_per_epoch)} and "
                 f"packs ~{format_size(self.packs_bytes_per_epoch)} per epoch; {format_size(self.disk_needed)} on "

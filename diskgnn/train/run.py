@@ -99,7 +99,8 @@ class Run:
     def precision_lines(self) -> list[str]:
         if self.cfg.precision == "fp32":
             return []
-        how = ("the layers under autocast in bfloat16; weights, optimizer state and loss in fp32, neighbour sums accumulated in fp32"
+        how = ("the layers under autocast in bfloat16; weights, optimizer state and loss in fp32, neighbour sums "
+               "accumulated in fp32"
                + ("; gat's layers stay fp32 (their edge work is their cost, and bf16 moved its attention "
                   "gradients)" if self.cfg.model == "gat" else "")
                if self.precision == "bf16" else "this device has no native bf16")

@@ -67,8 +67,9 @@ def _install(path: Path, spec: str, features_checksum: str, files: dict, entry: 
         os.close(dfd)
 
 
-def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sample_rows: int | None = None, seed: int = 0,
-                     overwrite: bool = False, force: bool = False, report: bool = False) -> list[Quantizer]:
+def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sample_rows: int | None = None,
+                     seed: int = 0, overwrite: bool = False, force: bool = False,
+                     report: bool = False) -> list[Quantizer]:
     """Adds quantized variants of an existing dataset's features (the float features stay)."""
     budget = parse_size(memory_budget, "--memory-budget")
     if budget < defaults.MIN_PREPARE_BUDGET:
