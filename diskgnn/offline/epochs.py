@@ -138,6 +138,11 @@ class OfflineEpochs:
         return LinkEpoch(ds.indptr, ds.indices, spec.link, seed=spec.seed, epoch=epoch, buckets=self._buckets,
                          capacity=0 if spec.partitions is None else spec.partitions[1])
 
+    def follow(self, spec: EpochSpec) -> None:
+        """What the epochs follow from here on: the run's refined plan's packer buffers and topology read-ahead
+        (before epoch 0 is packed; its samples stay as sampled)."""
+        self.spec = spec
+
     def sample_first(self) -> int:
         """Samples epoch 0 and counts, in one pass over its batches as this rank's store sees them, how many read
         each node (`counts0`, what placement ranks rows by) and how many input rows each reads: returns the most."""

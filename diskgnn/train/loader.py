@@ -48,7 +48,8 @@ from ..store.tiers import load_tiers
 from ..target import target_for
 from .config import TrainConfig
 from .options import from_options, save
-from .plan import Plan, disk_copies, make_plan, measured, offline_spec
+from .plan import Plan, disk_copies, make_plan, offline_spec
+from .report import measured_line, placed_line, plan_dict, plan_lines
 from .tasks import EVAL_EPOCH
 
 
@@ -108,28 +109,25 @@ class Loader:
         """Logs the plan, then for offline sampling samples epoch 0, places its hottest rows, checks the disk,
         samples and packs the eval sets and loads the memory tiers: the plan with the placement's numbers."""
         cfg, ds, group = self.cfg, self.ds, self.group
-        for line in plan.lines() + ([self.distributed_line()] if group.active else []) + self.hag_lines():
+        for line in plan_lines(plan) + ([self.distributed_line()] if group.active else []) + self.hag_lines():
             self.say(line)
         if cfg.sampling_mode.online:
             return plan
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
         most = self.epochs.sample_first()
-        sized = measured(plan, ds, self.source, cfg, group.world, most)
-        if sized is not plan:
-            self.say(sized.measured_line(plan.batch_rows, most))
-            plan = sized  # and the packer's buffers and the topology's read-ahead follow it from here on
-            self.epochs.spec = offline_spec(plan, cfg, self.source, group, self.hag)
-        placement = self.epochs.plan_placement(list(plan.tiers.items()), keep_counts=bool(cfg.embeddings)
-                                                 and not plan.embedding_buffer)  # the hot rows' placement needs them
-        if len(self.epochs.files(0).samples) == 0:
-            raise DiskgnnError(f"{self.data}: {self.task.items_text(ds)} make fewer than {group.world} batches of "
-                               f"{cfg.batch_size}: every rank needs one (lower --batch-size)")
         copies = disk_copies(cfg, self.task.train_items(ds), *(self.eval_size(s) for s in ("val", "test")))
         # a resumed run's embedding table and journal are on disk already, and counted by the plan again
         held = sum(f.stat().st_size for f in (self.workdir / "embeddings").glob("*.bin"))
-        plan = plan.placed(placement, self.epochs.samples_bytes(), self.epochs.epoch0_rows(), copies, self.workdir,
-                           shutil.disk_usage(self.workdir).free + held)
-        self.say(plan.placed_line(self.workdir))
+        bound, plan = plan.batch_rows, plan.refined(ds, self.source, cfg, group.world, self.epochs, most, copies,
+                                                    self.workdir, shutil.disk_usage(self.workdir).free + held)
+        if plan.batch_rows != bound:
+            self.say(measured_line(plan, bound, most))
+        # the packer's buffers and the topology's read-ahead follow the refined plan from here on
+        self.epochs.follow(offline_spec(plan, cfg, self.source, group, self.hag))
+        if len(self.epochs.files(0).samples) == 0:
+            raise DiskgnnError(f"{self.data}: {self.task.items_text(ds)} make fewer than {group.world} batches of "
+                               f"{cfg.batch_size}: every rank needs one (lower --batch-size)")
+        self.say(placed_line(plan, self.workdir))
         if cfg.eval == "sampled":
             # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
             for split in ("val", "test"):
@@ -139,7 +137,8 @@ class Loader:
                 seeds, batches = self.task.eval_sets(self, split)
                 self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
                                                                 cfg.eval_max_batches, batches)
-        self.tiers = load_tiers(ds, placement, self.device, cfg.backend, self.source, plan.host_gather.zero_copy)
+        self.tiers = load_tiers(ds, self.epochs.placement, self.device, cfg.backend, self.source,
+                                plan.host_gather.zero_copy)
         return plan
 
     def say(self, line: str) -> None:
@@ -312,7 +311,7 @@ class Loader:
             "device": self.device,
             "host_gather": self.plan.host_gather.line,
             "dataset": str(self.data),
-            "plan": self.plan.to_dict(),
+            "plan": plan_dict(self.plan),
         }
 
     def close(self) -> None:

@@ -6,9 +6,10 @@ gather, and why: under `--zero-copy auto` a short calibration measures both), th
 (working_set.py), the reads in flight, each memory tier's bytes (learnable embeddings' hot rows or partition
 buffer first), the page cache left (the topology is read ahead into it where it fits), the packer's buffers.
 Where the budget cannot hold the defaults it reads fewer batches ahead and packs from smaller buffers before
-it refuses. Once epoch 0 is sampled, `measured` makes the plan again for its largest batch instead of the
-bound from the fanouts; `Plan.placed` adds epoch 0's expected hit rates and the disk the samples and packs
-take. The run, the plan's lines and summary.json's "plan" all read this one value.
+it refuses. Once epoch 0 is sampled, `Plan.refined` returns it refined once: sized for epoch 0's largest batch
+instead of the bound from the fanouts (`resized`), epoch 0's rows placed in those tiers, and the expected hit
+rates and the disk the samples and packs take (`placed`). The run reads this one value; report.py writes the
+plan's lines and summary.json's "plan" from it.
 """
 
 from __future__ import annotations
@@ -126,6 +127,27 @@ class Plan:
     def tier_rows(self) -> dict[str, int]:
         return {name: b // max(1, self.row_bytes) for name, b in self.tiers.items()}
 
+    def refined(self, ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int, epochs, most: int,
+                copies: float, workdir, disk_free: int) -> "Plan":
+        """The plan once epoch 0 is sampled (the one refinement a run makes): sized for its largest batch's `most`
+        input rows (resized), its rows placed in the tiers that sizes (`epochs`: OfflineEpochs, which keeps the
+        placement), and what follows from the placement (placed)."""
+        sized = self.resized(ds, source, cfg, world, most)
+        placement = epochs.plan_placement(list(sized.tiers.items()),  # the hot rows' placement needs the counts
+                                          keep_counts=bool(cfg.embeddings) and not sized.embedding_buffer)
+        return sized.placed(placement, epochs.samples_bytes(), epochs.epoch0_rows(), copies, workdir, disk_free)
+
+    def resized(self, ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int, most: int) -> "Plan":
+        """Sized for the `most` input rows one of epoch 0's batches reads (with headroom for later epochs') rather
+        than the bound, which assumes no row is reached twice (W2 at 1,024 seeds: 62,464 rows, where 34,231 at
+        most are read); the host cache and the page cache get what that frees. Kept where evaluation or link
+        batches may be larger than epoch 0's train batches."""
+        if not cfg.task_spec.sized_from_epoch0 or cfg.eval_fanout_list != cfg.fanout_list \
+                or not defaults.MEASURED_ROWS_HEADROOM:
+            return self
+        rows = min(self.batch_rows, int(most * defaults.MEASURED_ROWS_HEADROOM) + 1)
+        return dataclasses.replace(self, **_sizes(ds, source, cfg, self.device, self.precision, world, rows))
+
     def placed(self, placement, samples_bytes: int, rows: dict, copies: float, workdir, disk_free: int) -> "Plan":
         """The plan with epoch 0's placement and packs' rows (OfflineEpochs.epoch0_rows): expected hit rates of
         the tiers, the recent-rows tier and the packs, and the disk `copies` epochs' samples and packs take at
@@ -146,89 +168,6 @@ class Plan:
             tier_rows_placed={n: int(ids.size) for n, ids in zip(placement.tier_names, placement.tier_ids)},
             samples_bytes_per_epoch=samples_bytes, packs_bytes_per_epoch=packs_bytes, disk_needed=disk,
             disk_free=disk_free)
-
-    def lines(self) -> list[str]:
-        """The plan as the run prints it, before sampling (the placement's line comes from placed_line)."""
-        smaller = self.raw_row_bytes / max(1, self.row_bytes)  # a featureless dataset's: 0 / 0, said so below
-        out = [
-            f"plan: dataset {self.dataset}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, features "
-            f"{self.feature_dim} x {self.feature_dtype} = {format_size(self.num_nodes * self.raw_row_bytes)}; "
-            "splits " + ", ".join(f"{s} {n:,}" for s, n in self.splits.items()),
-            f"plan: --features {self.features}: {self.row_bytes:,} B rows"
-            + (f" ({smaller:.1f}x smaller than features.bin)" if smaller not in (0, 1) else "")
-            + (f", {format_size(self.feature_bytes)} in {self.features_file}; packs, caches and reads move these "
-               "rows, decoded on the training device" if self.row_bytes else ": no features, nothing to pack or read"),
-            *([f"plan: --features {self.features} fidelity {fidelity.summary(self.features_fidelity)}"]
-              if self.features_fidelity else []),
-            f"plan: memory budget {self.budget_text}: {self._memory_text()}; device {self.device}; {self.workload}",
-        ]
-        if self.embedding_dim:
-            parts, held = self.embedding_buffer or (0, 0)
-            out.append(f"plan: --embeddings {self.embedding_dim}: a table of {self.num_nodes:,} rows of values and "
-                       f"optimizer state = {format_size(self.embedding_table)} on disk in the workdir; "
-                       + (f"{format_size(self.embedding_host)} of it in memory (the rows epoch 0 reads most), the rest "
-                          "read per batch and written back in id order behind an undo journal" if not parts else
-                          f"{parts} partitions of {format_size(self.embedding_table // parts)}, {held} in memory "
-                          "at once "
-                          f"({format_size(self.embedding_host)}), each read and written back whole (behind an undo "
-                          "journal) as the epoch's buffer states turn; a batch's edges, negatives and neighbours are "
-                          "among them"))
-        if target_for(self.device).device_tier:
-            out.append(f"plan: {self.host_gather.line}")
-        if self.sampling.online:
-            out.append("plan: online sampling: no placement (future accesses unknown); every row is read from "
-                       f"{self.features_file}")
-        else:
-            out.append(f"plan: topology {format_size(self.topology_bytes)}: "
-                       + ("read ahead into the page cache before each sampling pass" if self.topology_read_ahead
-                          else "sampled through page faults (the budget leaves "
-                               f"{format_size(max(0, self.page_cache))} of page cache)")
-                       + f"; packer buffers {format_size(self.pack_memory)}")
-        return out
-
-    def _memory_text(self) -> str:
-        return (f"working set ~{format_size(self.working_set)} with reads of {self.read_depth} batches in flight"
-                + (f" and packer buffers from {format_size(self.pack_floor)} (the defaults, {defaults.READ_DEPTH} "
-                   f"and {format_size(defaults.PACK_MEMORY)}, do not fit)" if self.squeezed else "")
-                + ", " + ", ".join(f"{name} cache {format_size(b)} ({b // max(1, self.row_bytes):,} rows)"
-                                   for name, b in self.tiers.items()))
-
-    def measured_line(self, bound: int, most: int) -> str:
-        """measured()'s plan, against the `bound` on a batch's input rows it was planned with before."""
-        return (f"plan: epoch 0's batches read {most:,} input rows at most (the bound: {bound:,}); sized for "
-                f"{self.batch_rows:,}: {self._memory_text()}; packer buffers {format_size(self.pack_memory)}")
-
-    def placed_line(self, workdir) -> str:
-        rates = self.expected_hit_rates
-        return ("plan: " + (f"no feature rows to read, {self.input_rows_per_batch:,.0f} nodes per batch" if not
-                            self.row_bytes else "expected hit rates " + ", ".join(
-                                f"{n} {r:.1%}" + (f" ({self.tier_rows_placed[n]:,} rows)" if n in self.tier_rows_placed
-                                                  else f" (the last {self.recent_batches} batches' rows)")
-                                for n, r in rates.items())
-                            + f", packs {1 - sum(rates.values()):.1%} of {self.input_rows_per_batch:,.0f} rows per "
-                              "batch")
-                + "; samples "
-                f"{format_size(self.samples_bytes_per_epoch)} and "
-                f"packs ~{format_size(self.packs_bytes_per_epoch)} per epoch; {format_size(self.disk_needed)} on "
-                f"disk at once, {format_size(self.disk_free)} free in {workdir}")
-
-    def to_dict(self) -> dict:
-        """summary.json's "plan"."""
-        d = {"device": self.device, "precision": self.precision, "host_gather": self.host_gather.line,
-             "host_gather_calibration": self.host_gather.measured,
-             "features": self.features, "row_bytes": self.row_bytes, "feature_bytes": self.feature_bytes,
-             "memory_budget_bytes": self.budget, "tier_budgets": dict(self.tiers), "tier_rows": self.tier_rows,
-             "working_set_bytes": self.working_set, "read_depth": self.read_depth,
-             "features_fidelity": self.features_fidelity, "embedding_table_bytes": self.embedding_table,
-             "embedding_host_bytes": self.embedding_host, "embedding_buffer": self.embedding_buffer,
-             "batch_rows": self.batch_rows}
-        if self.sampling.ahead:
-            d.update(topology_read_ahead=self.topology_read_ahead, pack_memory_bytes=self.pack_memory,
-                     page_cache_bytes=self.page_cache, expected_hit_rates=self.expected_hit_rates,
-                     recent_batches=self.recent_batches, input_rows_per_batch=self.input_rows_per_batch,
-                     packs_bytes_per_epoch=self.packs_bytes_per_epoch,
-                     samples_bytes_per_epoch=self.samples_bytes_per_epoch, disk_needed_bytes=self.disk_needed)
-        return d
 
 
 def _fit(source: FeatureSource, cfg: TrainConfig, budget: int, host: int,
@@ -282,25 +221,31 @@ def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int =
                     lambda: host_gather(device, cfg.zero_copy, source.row_bytes), world)
 
 
-def measured(plan: Plan, ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int, most: int) -> Plan:
-    """The plan again once epoch 0 is sampled, sized for the `most` input rows one of its batches reads (with
-    headroom for later epochs') rather than the bound, which assumes no row is reached twice (W2 at 1,024
-    seeds: 62,464 rows, where 34,231 at most are read); the host cache and the page cache get what that frees.
-    Kept where evaluation or link batches may be larger than epoch 0's train batches."""
-    if not cfg.task_spec.sized_from_epoch0 or cfg.eval_fanout_list != cfg.fanout_list \
-            or not defaults.MEASURED_ROWS_HEADROOM:
-        return plan
-    rows = min(plan.batch_rows, int(most * defaults.MEASURED_ROWS_HEADROOM) + 1)
-    return plan_for(ds, source, cfg, plan.device, plan.precision, lambda: plan.host_gather, world, rows)
-
-
 def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str,
-             gather: Callable[[], HostGather], world: int = 1, rows: int | None = None) -> Plan:
+             gather: Callable[[], HostGather], world: int = 1) -> Plan:
     """make_plan's planning, the device's decisions given (`gather` is called once the budget is known to
-    hold the run: it may calibrate); `rows`: a batch's input rows at most, where measured."""
+    hold the run: it may calibrate)."""
     if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
+    sizes = _sizes(ds, source, cfg, device, precision, world, None)
+    return Plan(
+        dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
+        feature_dtype=ds.feature_dtype.name, splits=cfg.task_spec.splits(ds),
+        budget_text=cfg.memory_budget, budget=cfg.budget_bytes, device=device, precision=precision,
+        host_gather=gather(), sampling=cfg.sampling_mode, features=source.name,
+        features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
+        raw_row_bytes=ds.row_bytes, embedding_dim=cfg.embeddings,
+        workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
+                 + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
+                 + cfg.task_spec.workload_text(),
+        recent_batches=cfg.recent_window, **sizes)
+
+
+def _sizes(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str, world: int,
+           rows: int | None) -> dict:
+    """Where the budget's bytes go for batches of at most `rows` input rows (None: the fanouts' bound): the
+    working set, the reads in flight, each tier, the embeddings' memory, the page cache, the packer."""
     budget = cfg.budget_bytes
     explicit_host, explicit_emb = cfg.host_cache_bytes or 0, cfg.embedding_cache_bytes
     depth, floor, need = _fit(source, cfg, budget, explicit_host + (explicit_emb or 0), lambda depth, pack: working_set(
@@ -320,23 +265,12 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
             tiers = {"device": min(features, torch.cuda.mem_get_info()[0] // 4), **tiers}
         else:
             tiers = {"device": cfg.device_cache_bytes, **tiers}
-    plan = Plan(
-        dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
-        feature_dtype=ds.feature_dtype.name, splits=cfg.task_spec.splits(ds),
-        budget_text=cfg.memory_budget, budget=budget, device=device, precision=precision, host_gather=gather(),
-        sampling=cfg.sampling_mode, features=source.name,
-        features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
-        raw_row_bytes=ds.row_bytes, working_set=need,
-        read_depth=depth, squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH)
-        or 0 < floor < defaults.PACK_MEMORY, pack_floor=floor, tiers=tiers, embedding_dim=cfg.embeddings,
-        embedding_table=table, embedding_host=emb_host, embedding_buffer=buffer,
-        workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
-                 + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
-                 + cfg.task_spec.workload_text(),
-        batch_rows=rows or batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0],
-        recent_batches=cfg.recent_window)
+    sizes = dict(working_set=need, read_depth=depth, pack_floor=floor, tiers=tiers, embedding_table=table,
+                 squeezed=(cfg.read_depth is None and depth < defaults.READ_DEPTH) or 0 < floor < defaults.PACK_MEMORY,
+                 embedding_host=emb_host, embedding_buffer=buffer,
+                 batch_rows=rows or batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0])
     if cfg.sampling_mode.online:
-        return plan
+        return sizes
     # What the budget leaves to the page cache goes first to the topology (read ahead only where it
     # fits), then half of the rest to the packer: it stages one buffer per batch, so on a fixed
     # budget its writes shrink as an epoch's batches grow in number (W1 at 16M nodes: 124 KiB with
@@ -345,6 +279,5 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     topology = topology_bytes(ds)
     read_ahead = topology <= page_cache
     spare = max(0, page_cache - (topology if read_ahead else 0))
-    pack_memory = floor + min(defaults.MAX_PACK_MEMORY - floor, spare // 2)
-    return dataclasses.replace(plan, page_cache=page_cache, topology_bytes=topology, topology_read_ahead=read_ahead,
-                               pack_memory=pack_memory)
+    return dict(sizes, page_cache=page_cache, topology_bytes=topology, topology_read_ahead=read_ahead,
+                pack_memory=floor + min(defaults.MAX_PACK_MEMORY - floor, spare // 2))

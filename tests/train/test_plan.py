@@ -17,6 +17,7 @@ from diskgnn.offline.sample import sample_epoch
 from diskgnn.units import format_size
 from diskgnn.train.loop import train
 from diskgnn.train.plan import make_plan
+from diskgnn.train.report import placed_line, plan_dict, plan_lines
 from diskgnn.train.working_set import batch_layers, working_set
 
 from conftest import random_graph, write_npy_dir
@@ -119,7 +120,6 @@ def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, cap
     which counts every reached row as new: the working set shrinks, the host cache gets half of what that frees,
     and the plan says so. Not for batches that may outgrow epoch 0's (other eval fanouts)."""
     from diskgnn import defaults
-    from diskgnn.train.plan import measured
 
     ds = open_dataset(train_data)
     source = feature_source(ds)
@@ -150,7 +150,7 @@ def test_the_plan_is_sized_again_from_epoch_0s_batches(train_data, tmp_path, cap
     assert unsized["plan"]["batch_rows"] == bound.batch_rows
     assert unsized["plan"]["working_set_bytes"] == bound.working_set
     monkeypatch.setattr(defaults, "MEASURED_ROWS_HEADROOM", 0.0)  # DISKGNN_MEASURED_ROWS_HEADROOM=0: the bound
-    assert measured(bound, ds, source, cfg, 1, most) is bound
+    assert bound.resized(ds, source, cfg, 1, most) is bound
 
 
 def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
@@ -163,15 +163,15 @@ def test_the_plan_is_computed_without_running_anything(train_data, tmp_path):
     assert plan.tiers == {"host": min(ds.num_nodes * ds.row_bytes, (plan.budget - plan.working_set) // 2)}
     assert plan.page_cache == plan.budget - plan.working_set - plan.tiers["host"]
     assert plan.topology_read_ahead and PACK_MEMORY <= plan.pack_memory <= PACK_MEMORY + plan.page_cache // 2
-    lines = plan.lines()
+    lines = plan_lines(plan)
     assert [line.split(":")[0] for line in lines] == ["plan"] * 4
     assert "memory budget 1GiB: working set" in lines[2] and "read ahead" in lines[3]
-    assert plan.to_dict()["tier_rows"] == {"host": plan.tiers["host"] // 64}
+    assert plan_dict(plan)["tier_rows"] == {"host": plan.tiers["host"] // 64}
     assert not list(tmp_path.iterdir()), "planning wrote files"
 
     online = make_plan(ds, source, config(train_data, tmp_path, sampling="online"))
-    assert online.pack_memory == 0 and not online.squeezed and "online sampling" in online.lines()[-1]
-    assert "pack_memory_bytes" not in online.to_dict()
+    assert online.pack_memory == 0 and not online.squeezed and "online sampling" in plan_lines(online)[-1]
+    assert "pack_memory_bytes" not in plan_dict(online)
 
 
 def test_the_plan_squeezes_then_refuses(train_data, tmp_path):
@@ -181,7 +181,7 @@ def test_the_plan_squeezes_then_refuses(train_data, tmp_path):
     tight = working_set(ds, source, cfg, read_depth=1, pack_memory=MIN_PACK_MEMORY)
     plan = make_plan(ds, source, config(train_data, tmp_path, host_cache="auto", memory_budget=str(tight)))
     assert plan.squeezed and plan.read_depth == 1 and plan.pack_floor == MIN_PACK_MEMORY
-    assert "packer buffers from 64.0 MiB (the defaults, 4 and 256.0 MiB, do not fit)" in plan.lines()[2]
+    assert "packer buffers from 64.0 MiB (the defaults, 4 and 256.0 MiB, do not fit)" in plan_lines(plan)[2]
     with pytest.raises(DiskgnnError, match="--memory-budget 100MiB is too small"):
         make_plan(ds, source, config(train_data, tmp_path, memory_budget="100MiB"))
     with pytest.raises(DiskgnnError, match="--host-cache 1GiB plus the working set"):
@@ -197,7 +197,7 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     rows = {"pack_bytes": 3000, "input_rows": 500, "recent_rows": 100, "input_rows_per_batch": 50.0}
     placed = plan.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=1 << 30)
     assert placed.disk_needed == 10_500 and set(placed.expected_hit_rates) == {"host"}  # 5 % headroom
-    line = placed.placed_line(tmp_path)
+    line = placed_line(placed, tmp_path)
     assert "10.3 KiB on disk at once" in line and "of 50 rows per batch" in line
     with pytest.raises(DiskgnnError, match="needs ~10.3 KiB of disk"):
         plan.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=10_000)
@@ -206,7 +206,7 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
     assert embedded.placed(placement, 1000, rows, 2.5, tmp_path, 1 << 30).disk_needed == 18_500 + 8 * ds.num_edges
     recent = make_plan(ds, feature_source(ds), config(train_data, tmp_path, sampler="labor", batch_dependency=8))
     assert recent.recent_batches == 1 and recent.working_set > plan.working_set
-    line = recent.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=1 << 30).placed_line(tmp_path)
+    line = placed_line(recent.placed(placement, 1000, rows, 2.5, tmp_path, disk_free=1 << 30), tmp_path)
     assert "recent 20.0% (the last 1 batches' rows)" in line
 
 
@@ -283,7 +283,7 @@ def test_with_a_device_the_host_holds_only_the_slabs_and_the_plan_gives_the_rest
     cpu_host_side = cpu.working_set - (TRAIN_BASE_RSS + ds.num_nodes * 13 + PACK_MEMORY + pack_plan_bytes(ds, cfg, rows))
     assert cpu_host_side > slabs  # the CPU's step keeps its input, activations and the recent rows on the host
     assert gpu.tiers["device"] == 1 << 20 and gpu.host_gather is gather and gpu.precision == "bf16"
-    assert gpu.lines()[-2] == "plan: host tiers: as given" and "device cuda" in gpu.lines()[2]
+    assert plan_lines(gpu)[-2] == "plan: host tiers: as given" and "device cuda" in plan_lines(gpu)[2]
     free = 3 << 30
     assert gpu.tiers["host"] == min(ds.num_nodes * ds.row_bytes, (free - gpu.working_set) // 2)
 
@@ -347,7 +347,7 @@ def test_w1_on_cuda_at_a_2gib_host_budget_is_planned_not_refused(tmp_path):
     assert cuda_context_bytes() == CUDA_BASE_RSS == 128 << 20
     assert plan.working_set < 2 << 30 and plan.tiers["device"] == 256 << 20 and plan.tiers["host"] > 64 << 20
     # made again from epoch 0's largest batch (W1's: 34,231 input rows against the bound's 62,464), more cache
-    sized = plan_for(ds, source, cfg, "cuda", "bf16", lambda: gather, rows=37_655)
+    sized = plan.resized(ds, source, cfg, 1, 34_231)
     assert sized.working_set < plan.working_set - (256 << 20) and sized.tiers["host"] > plan.tiers["host"] + (96 << 20)
     cpu = plan_for(ds, source, cfg, "cpu", "fp32", lambda: gather)  # the CPU's step keeps more on the host
     assert cpu.working_set > plan.working_set
