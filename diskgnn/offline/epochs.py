@@ -138,6 +138,11 @@ class OfflineEpochs:
         return LinkEpoch(ds.indptr, ds.indices, spec.link, seed=spec.seed, epoch=epoch, buckets=self._buckets,
                          capacity=0 if spec.partitions is None else spec.partitions[1])
 
+    def take_counts0(self) -> np.ndarray | None:
+        """Epoch 0's access counts, handed over once (4 bytes a node freed here)."""
+        counts, self.counts0 = self.counts0, None
+        return counts
+
     def follow(self, spec: EpochSpec) -> None:
         """What the epochs follow from here on: the run's refined plan's packer buffers and topology read-ahead
         (before epoch 0 is packed; its samples stay as sampled)."""

@@ -18,7 +18,7 @@ class DiskgnnLoader:
     def __init__(self, data=None, **options):
         """`data`: a dataset directory; `options`: diskgnn.Loader's (diskgnn.train's options: fanouts,
         batch_size, memory_budget, sampler, features, workdir, ...)."""
-        self.loader = Loader(data, **options)
+        self.loader = Loader(data, **options).open()
         self.next_epoch = 0
 
     @property

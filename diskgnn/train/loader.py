@@ -1,17 +1,19 @@
 """`diskgnn.Loader`: the data side of a run, for one's own training loop (and diskgnn.train's).
 
     import diskgnn
-    loader = diskgnn.Loader("data/w1", fanouts=[10, 5], batch_size=1024, memory_budget="2GiB")
-    for epoch in range(3):
-        for mb in loader.epoch(epoch):      # MiniBatch: blocks, x, labels (or mb.to_pyg())
-            loss = F.cross_entropy(model(mb.blocks, mb.x), mb.labels)
-            ...
-    print(loader.stats(), loader.summary())
+    with diskgnn.Loader("data/w1", fanouts=[10, 5], batch_size=1024, memory_budget="2GiB") as loader:
+        for epoch in range(3):
+            for mb in loader.epoch(epoch):      # MiniBatch: blocks, x, labels (or mb.to_pyg())
+                loss = F.cross_entropy(model(mb.blocks, mb.x), mb.labels)
+                ...
+        print(loader.stats(), loader.summary())
 
 Constructing it plans exactly as `python -m diskgnn.train` does with the same
 options (the flags' names in snake case; `train.config`): the budget is
-checked, epoch 0 is sampled, its hottest rows placed in the memory tiers and
-loaded, the eval sets sampled and packed. `epoch(e)` runs e's pipeline
+checked and the device decided. Opening it (`open()`, or the with block) does
+the work, in order: the workdir locked, epoch 0 sampled, the plan refined
+from it and its hottest rows placed in the memory tiers, the eval sets sampled
+and packed, the tiers loaded. `epoch(e)` runs e's pipeline
 (sample -> read -> assemble -> copy) while the caller consumes its batches,
 and starts sampling and packing epoch e + 1 in the background; `evaluation(split)`
 runs the val or test batches. The model options (model, hidden, lr, ...)
@@ -49,7 +51,7 @@ from ..target import target_for
 from .config import TrainConfig
 from .options import from_options, save
 from .plan import Plan, disk_copies, make_plan, offline_spec
-from .report import measured_line, placed_line, plan_dict, plan_lines
+from .report import distributed_line, hag_lines, measured_line, placed_line, plan_dict, plan_lines
 from .tasks import EVAL_EPOCH
 
 
@@ -76,8 +78,6 @@ class Loader:
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.data.name
         if self.group.active:  # one machine's ranks must not share a workdir; nothing else assumes a shared one
             self.workdir = self.workdir / f"rank-{self.group.rank}"
-        self._lock = _hold_workdir(self.workdir)
-        save(cfg, self.workdir / "config.yaml")
         self.labels = np.asarray(self.ds.labels)
         self.train_ids = self.ds.split("train")
         if self.ds.feature_dim == 0 and not cfg.embeddings:
@@ -100,19 +100,33 @@ class Loader:
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
         self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
-        self.backend = cfg.backend
-        self.plan = self._place(self.plan)
         self.read_depth = self.plan.read_depth
+        self._lock = None  # the workdir's, held while open
+
+    def open(self) -> "Loader":
+        """Makes the run's data ready, in this order: the workdir locked and the configuration saved in it, the plan
+        printed; then, sampling offline, epoch 0 sampled, the plan refined from it and its rows placed, the eval
+        sets sampled and packed, the memory tiers filled. Once (a second call does nothing); returns the loader."""
+        if self._lock is not None:
+            return self
+        self._lock = _hold_workdir(self.workdir)
+        save(self.cfg, self.workdir / "config.yaml")
+        for line in plan_lines(self.plan) + ([distributed_line(self.cfg, self.group, self.workdir)]
+                                             if self.group.active else []) + hag_lines(self.cfg, self.hag.mode):
+            self.say(line)
+        if self.cfg.sampling_mode.ahead:
+            self.plan = self._refine(self.plan)
+            self._pack_eval_sets()
+            self.tiers = load_tiers(self.ds, self.epochs.placement, self.device, self.cfg.backend, self.source,
+                                    self.plan.host_gather.zero_copy)
+            self.read_depth = self.plan.read_depth
+        return self
 
     # -- planning -----------------------------------------------------------------------------
-    def _place(self, plan: Plan) -> Plan:
-        """Logs the plan, then for offline sampling samples epoch 0, places its hottest rows, checks the disk,
-        samples and packs the eval sets and loads the memory tiers: the plan with the placement's numbers."""
+    def _refine(self, plan: Plan) -> Plan:
+        """Samples epoch 0 and refines the plan from it (its largest batch, its rows placed, the disk checked),
+        then packs epoch 0 as the refined plan says."""
         cfg, ds, group = self.cfg, self.ds, self.group
-        for line in plan_lines(plan) + ([self.distributed_line()] if group.active else []) + self.hag_lines():
-            self.say(line)
-        if cfg.sampling_mode.online:
-            return plan
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
         most = self.epochs.sample_first()
         copies = disk_copies(cfg, self.task.train_items(ds), *(self.eval_size(s) for s in ("val", "test")))
@@ -128,50 +142,23 @@ class Loader:
             raise DiskgnnError(f"{self.data}: {self.task.items_text(ds)} make fewer than {group.world} batches of "
                                f"{cfg.batch_size}: every rank needs one (lower --batch-size)")
         self.say(placed_line(plan, self.workdir))
-        if cfg.eval == "sampled":
-            # Now rather than at the first evaluation, where it would pack beside epoch 1's packer.
-            for split in ("val", "test"):
-                if not self.eval_size(split):
-                    continue
-                # all of them: eval_files keeps this rank's share of their batches
+        return plan
+
+    def _pack_eval_sets(self) -> None:
+        """Now rather than at the first evaluation, where it would pack beside epoch 1's packer."""
+        cfg = self.cfg
+        if cfg.eval != "sampled":
+            return
+        for split in ("val", "test"):
+            if self.eval_size(split):  # all of them: eval_files keeps this rank's share of their batches
                 seeds, batches = self.task.eval_sets(self, split)
                 self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
                                                                 cfg.eval_max_batches, batches)
-        self.tiers = load_tiers(ds, self.epochs.placement, self.device, cfg.backend, self.source,
-                                plan.host_gather.zero_copy)
-        return plan
 
     def say(self, line: str) -> None:
         """Logs on rank 0 only (every rank plans and trains alike)."""
         if self.group.leader and self.log is not None:
             self.log(line)
-
-    def distributed_line(self) -> str:
-        cfg, g = self.cfg, self.group
-        if cfg.distribution.cooperative:
-            step = (f"each step trains one global batch of {g.world} x {cfg.batch_size} seeds, every vertex read and "
-                    f"computed by its owner ({cfg.owner} of its id) and exchanged all-to-all")
-        else:
-            step = (f"each step trains {g.world} batches of {cfg.batch_size} seeds, one per rank (the epoch's last "
-                    f"batches beyond a multiple of {g.world} are dropped)")
-        return (f"plan: {g.describe()}: --memory-budget {cfg.memory_budget} is this process's (every rank "
-                f"plans its own); {step}; evaluation sharded over the ranks; workdir {self.workdir}")
-
-    def hag_lines(self) -> list[str]:
-        cfg = self.cfg
-        if cfg.hag == "off":
-            return []
-        if self.hag.mode == "off":
-            why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
-            return [f"plan: --hag {cfg.hag}: not used ({why})"]
-        where = ("searched as each batch is sampled and stored with it" if cfg.sampling_mode.ahead
-                 and not cfg.distribution.cooperative else "searched as each batch is decoded")
-        return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
-                + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
-                   f"faster (a removed row read saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an "
-                   f"aggregation node costs {defaults.HAG_NODE_COST:g}); searched only where its sources' most shared "
-                   f"pair could make one pay, and no more where the first {defaults.HAG_PROBE_BATCHES} batches had "
-                   "none")]
 
     def graph_hag(self):
         """The dataset's stored whole-graph HAG under --hag on|auto (searched and stored at first use), else None."""
@@ -195,6 +182,7 @@ class Loader:
         """Epoch `epoch`'s train batches from position `start` on (a resumed epoch's next batch), in training order.
         Epoch e + 1 (up to the `epochs` option) is sampled and packed in the background meanwhile, and the files
         of the epochs before e are deleted."""
+        self._opened()
         cfg = self.cfg
         if self.epochs is not None:
             for done in range(epoch):
@@ -216,6 +204,7 @@ class Loader:
     def evaluation(self, split: str) -> "Pass":
         """The batches of this rank's share of `split` ("val" or "test"), at most `eval_max_batches`; under
         --eval full, full-neighbour inference runs instead (diskgnn/nn/inference.py), not a pass."""
+        self._opened()
         cfg = self.cfg
         if cfg.sampling_mode.online:
             source = self._online_source(self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split])
@@ -226,6 +215,11 @@ class Loader:
         order = np.arange(len(source))
         order = order[: cfg.eval_max_batches] if cfg.eval_max_batches is not None else order
         return Pass(self, source, order, 0, train=False)
+
+    def _opened(self) -> None:
+        if self._lock is None:
+            raise UsageError("Loader: open() it first, or use it in a with block (opening samples epoch 0, packs "
+                             "the eval sets and fills the memory tiers)")
 
     def _train_source(self, epoch: int):
         cfg = self.cfg
@@ -247,7 +241,6 @@ class Loader:
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source,
                              read_depth=self.read_depth, slab_rows=self.plan.batch_rows,
                              assembly=self.target.assembly())
-        self.backend = store.backend
         return OfflineLoader(files.samples, store, self.labels, self.read_depth, self.target, share, self.hag,
                              self.task.pass_batches(self, split_or_epoch))
 
@@ -265,6 +258,7 @@ class Loader:
             t["hits"] += s.hits
             t["bytes"] += s.bytes
         self.accounting["disk_bytes"] += p.disk_bytes()
+        self.accounting["backend"] = p.source.store.backend  # the reader's, "auto" resolved
 
     def _count(self, mb: MiniBatch) -> None:
         t = self.trained
@@ -279,6 +273,11 @@ class Loader:
         """Mean input rows and destinations per layer (input layer first) of the batches trained so far."""
         n = max(1, self.trained["batches"])
         return {"input": self.trained["input_rows"] / n, "destinations": [d / n for d in self.trained["destinations"]]}
+
+    @property
+    def backend(self) -> str:
+        """The reader backend the finished train passes read with ("auto" resolved; --backend before any)."""
+        return self.accounting.get("backend", self.cfg.backend)
 
     def stats(self) -> dict:
         """Rows and bytes served by each tier (memory tiers, page cache, disk) over the finished train passes,
@@ -318,10 +317,12 @@ class Loader:
         """Waits for the background epoch and releases the workdir."""
         if self.epochs is not None:
             self.epochs.close()
-        self._lock.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def __enter__(self) -> "Loader":
-        return self
+        return self.open()
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -89,3 +89,31 @@ def plan_dict(plan) -> dict:
                  packs_bytes_per_epoch=plan.packs_bytes_per_epoch,
                  samples_bytes_per_epoch=plan.samples_bytes_per_epoch, disk_needed_bytes=plan.disk_needed)
     return d
+
+
+def distributed_line(cfg, g, workdir) -> str:
+    """How the ranks of a torchrun share the run (`g`: its Group)."""
+    if cfg.distribution.cooperative:
+        step = (f"each step trains one global batch of {g.world} x {cfg.batch_size} seeds, every vertex read and "
+                f"computed by its owner ({cfg.owner} of its id) and exchanged all-to-all")
+    else:
+        step = (f"each step trains {g.world} batches of {cfg.batch_size} seeds, one per rank (the epoch's last "
+                f"batches beyond a multiple of {g.world} are dropped)")
+    return (f"plan: {g.describe()}: --memory-budget {cfg.memory_budget} is this process's (every rank "
+            f"plans its own); {step}; evaluation sharded over the ranks; workdir {workdir}")
+
+def hag_lines(cfg, mode: str) -> list[str]:
+    """What --hag does in this run (`mode`: the HagBuilder's, off where its kernels cannot run)."""
+    if cfg.hag == "off":
+        return []
+    if mode == "off":
+        why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
+        return [f"plan: --hag {cfg.hag}: not used ({why})"]
+    where = ("searched as each batch is sampled and stored with it" if cfg.sampling_mode.ahead
+             and not cfg.distribution.cooperative else "searched as each batch is decoded")
+    return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
+            + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
+               f"faster (a removed row read saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an "
+               f"aggregation node costs {defaults.HAG_NODE_COST:g}); searched only where its sources' most shared "
+               f"pair could make one pay, and no more where the first {defaults.HAG_PROBE_BATCHES} batches had "
+               "none")]

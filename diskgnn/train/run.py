@@ -34,7 +34,7 @@ class Run:
 
     def __init__(self, cfg: TrainConfig, group: Group = Group()):
         self.cfg, self.group = cfg, group
-        self.loader = Loader(config=cfg, group=group)
+        self.loader = Loader(config=cfg, group=group).open()
         self.device, self.target, self.task = self.loader.device, self.loader.target, self.loader.task
         self.precision = self.loader.plan.precision
         if self.precision == "bf16":
@@ -73,7 +73,7 @@ class Run:
         if self.embeddings.stats["rows_rolled_back"]:
             loader.say(f"plan: --resume: {self.embeddings.stats['rows_rolled_back']:,} embedding rows rolled back to "
                        "the checkpoint from the undo journal")
-        counts, loader.epochs.counts0 = loader.epochs.counts0, None  # read once: 4 bytes a node freed
+        counts = loader.epochs.take_counts0()
         if loader.plan.embedding_buffer:  # partitioned: the batches' buffer states fill it (inputs)
             self.embeddings.use_partitions(partition_rows(loader.ds.num_nodes, loader.plan.embedding_buffer[0]),
                                            loader.plan.embedding_buffer[1])

@@ -88,7 +88,7 @@ def test_the_loader_api_pairs_each_batch_with_its_edges(link_data, tmp_path):
     from diskgnn import Loader
 
     loader = Loader(link_data, task="link", batch_size=64, negatives=7, chunks=3, eval_negatives=50, fanouts=[3, 2],
-                    workdir=str(tmp_path / "api"), progress=False, log=None)
+                    workdir=str(tmp_path / "api"), progress=False, log=None).open()
     try:
         for split_or_epoch, batches in ((0, loader.epoch(0)), ("val", loader.evaluation("val"))):
             link = loader.task.pass_batches(loader, split_or_epoch)
