@@ -24,11 +24,11 @@ from ..nn.models import MODELS
 from ..offline.link_batches import LinkSpec
 from ..offline.sample import SAMPLERS, Sampler
 from ..units import parse_interval, parse_seconds, parse_size
-from .modes import Distribution, Sampling
+from .modes import Distribution, Evaluation, Sampling
 from .tasks import TASKS, Task
 
 SAMPLING = tuple(m.value for m in Sampling)
-EVAL = ("sampled", "full", "none")
+EVAL = tuple(m.value for m in Evaluation)
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("fp32", "bf16", "auto")
 
@@ -165,6 +165,10 @@ class TrainConfig:
     @property
     def distribution(self) -> Distribution:
         return Distribution(self.distributed)
+
+    @property
+    def evaluation(self) -> Evaluation:
+        return Evaluation(self.eval)
 
     @property
     def fanout_list(self) -> list[int]:

@@ -147,7 +147,7 @@ class Loader:
     def _pack_eval_sets(self) -> None:
         """Now rather than at the first evaluation, where it would pack beside epoch 1's packer."""
         cfg = self.cfg
-        if cfg.eval != "sampled":
+        if not cfg.evaluation.sampled:
             return
         for split in ("val", "test"):
             if self.eval_size(split):  # all of them: eval_files keeps this rank's share of their batches

@@ -41,3 +41,23 @@ class Distribution(Enum):
     @property
     def cooperative(self) -> bool:
         return self is Distribution.COOPERATIVE
+
+
+class Evaluation(Enum):
+    """--eval: how the val and test splits are scored."""
+
+    SAMPLED = "sampled"  # batches sampled and packed once, like training's
+    FULL = "full"  # layer-wise inference over every neighbour
+    NONE = "none"
+
+    @property
+    def sampled(self) -> bool:
+        return self is Evaluation.SAMPLED
+
+    @property
+    def full(self) -> bool:
+        return self is Evaluation.FULL
+
+    @property
+    def off(self) -> bool:
+        return self is Evaluation.NONE

@@ -44,7 +44,7 @@ def disk_copies(cfg, train: int, val: int, test: int) -> float:
         return n if batches is None else min(n, batches * cfg.batch_size)
 
     copies = 1 if cfg.sampling_mode.replay or cfg.epochs == 1 else 2
-    if cfg.eval == "sampled":
+    if cfg.evaluation.sampled:
         copies += (cut(val, cfg.eval_max_batches) + cut(test, cfg.eval_max_batches)) / max(1, cut(train,
                                                                                                     cfg.max_batches))
     return copies

@@ -189,6 +189,6 @@ class Run:
     def evaluate(self, model, split: str) -> float:
         """Accuracy on the split, or (--task link) the MRR of its held-out edges, every metric kept in
         link_metrics (under torchrun: each rank's share, summed over the ranks)."""
-        if self.cfg.eval == "none" or self.loader.eval_size(split) == 0:
+        if self.cfg.evaluation.off or self.loader.eval_size(split) == 0:
             return float("nan")
         return self.task.evaluate(self, model, split)

@@ -47,7 +47,7 @@ class NodeTask(Task):
         """(correct, total) over this rank's seeds of the split."""
         model.eval()
         loader, cfg = run.loader, run.cfg
-        if cfg.eval == "full":
+        if cfg.evaluation.full:
             from ...nn.inference import full_neighbour_logits
 
             seeds = loader.eval_seeds(split)
