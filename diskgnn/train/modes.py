@@ -61,3 +61,18 @@ class Evaluation(Enum):
     @property
     def off(self) -> bool:
         return self is Evaluation.NONE
+
+
+class Precision(str, Enum):
+    """The step's precision once --precision is resolved for the device (plan.py's resolve_precision). A str, so
+    that it is written and printed as its value."""
+
+    FP32 = "fp32"
+    BF16 = "bf16"
+
+    __str__ = str.__str__  # its value, as a str's (not "Precision.BF16")
+    __format__ = str.__format__
+
+    @property
+    def bf16(self) -> bool:
+        return self is Precision.BF16

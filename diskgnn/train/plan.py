@@ -32,7 +32,7 @@ from ..store.uva import HostGather, host_gather
 from ..target import target_for
 from ..units import format_size
 from .config import TrainConfig
-from .modes import Sampling
+from .modes import Precision, Sampling
 from .working_set import batch_layers, working_set
 
 
@@ -50,15 +50,14 @@ def disk_copies(cfg, train: int, val: int, test: int) -> float:
     return copies
 
 
-def resolve_precision(cfg: TrainConfig, device: str) -> str:
+def resolve_precision(cfg: TrainConfig, device: str) -> Precision:
     """fp32 or bf16: --precision, with auto resolved by what the device computes natively."""
     import torch
 
     if cfg.precision != "auto":
-        return cfg.precision
-    if device == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp32"
-    return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+        return Precision(cfg.precision)
+    native = torch.cuda.is_bf16_supported() if device == "cuda" else torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    return Precision.BF16 if native else Precision.FP32
 
 
 def resolve_device(device: str) -> str:
@@ -86,7 +85,7 @@ class Plan:
     budget_text: str  # --memory-budget as written
     budget: int
     device: str
-    precision: str  # the step's: fp32 or bf16 (--precision auto resolved for the device)
+    precision: Precision  # the step's (--precision auto resolved for the device)
     host_gather: HostGather  # with a device: zero copy or the CPU's gather of host tiers' rows, and why
     sampling: Sampling
     features: str  # the stored rows' name: fp32 or a quantized spec
@@ -228,6 +227,7 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
     if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
+    precision = Precision(precision)
     sizes = _sizes(ds, source, cfg, device, precision, world, None)
     return Plan(
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,

@@ -37,7 +37,7 @@ class Run:
         self.loader = Loader(config=cfg, group=group).open()
         self.device, self.target, self.task = self.loader.device, self.loader.target, self.loader.task
         self.precision = self.loader.plan.precision
-        if self.precision == "bf16":
+        if self.precision.bf16:
             self.target.use_bf16()
         for line in self.precision_lines():
             self.loader.say(line)
@@ -103,14 +103,14 @@ class Run:
                "accumulated in fp32"
                + ("; gat's layers stay fp32 (their edge work is their cost, and bf16 moved its attention "
                   "gradients)" if self.cfg.model == "gat" else "")
-               if self.precision == "bf16" else "this device has no native bf16")
-        if self.precision == "bf16":
+               if self.precision.bf16 else "this device has no native bf16")
+        if self.precision.bf16:
             how += self.target.bf16_note()
         return [f"plan: --precision {self.cfg.precision}: {self.precision} ({how})"]
 
     def autocast(self):
         """The layers' precision: bf16 autocast, or nothing to change."""
-        return self.target.autocast(self.precision == "bf16")
+        return self.target.autocast(self.precision.bf16)
 
     def step(self, model, mb) -> tuple[torch.Tensor, int, int]:
         """One batch's forward and backward, gradients summed over the ranks where there are several: the

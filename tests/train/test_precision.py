@@ -31,9 +31,10 @@ def test_bf16_asked_for_on_a_cpu_without_it_says_what_it_costs(monkeypatch):
     from types import SimpleNamespace
 
     from diskgnn.target.cpu import CpuTarget
+    from diskgnn.train.modes import Precision
     from diskgnn.train.run import Run
 
-    run = SimpleNamespace(cfg=TrainConfig(precision="bf16"), precision="bf16", target=CpuTarget())
+    run = SimpleNamespace(cfg=TrainConfig(precision="bf16"), precision=Precision.BF16, target=CpuTarget())
     monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
     (line,) = Run.precision_lines(run)
     assert line.startswith("plan: --precision bf16: bf16 (") and "emulated" in line and "auto takes fp32" in line
