@@ -24,7 +24,7 @@ from ..nn.models import MODELS
 from ..offline.link_batches import LinkSpec
 from ..offline.sample import SAMPLERS, Sampler
 from ..units import parse_interval, parse_seconds, parse_size
-from .modes import Distribution, Evaluation, Sampling
+from .modes import Distribution, Evaluation, Hag, Precision, Sampling
 from .tasks import TASKS, Task
 
 SAMPLING = tuple(m.value for m in Sampling)
@@ -167,15 +167,29 @@ class TrainConfig:
         return Distribution(self.distributed)
 
     @property
+    def hag_mode(self) -> Hag:
+        return Hag(self.hag)
+
+    @property
+    def weighs_every_edge(self) -> bool:
+        """gat: attention weighs every edge, so no partial sums are shared (HAG) and its layers stay fp32."""
+        return self.model == "gat"
+
+    @property
+    def precision_asked(self) -> Precision | None:
+        """--precision as written: None for auto (the plan resolves it for the device)."""
+        return None if self.precision == "auto" else Precision(self.precision)
+
+    @property
     def evaluation(self) -> Evaluation:
         return Evaluation(self.eval)
 
     @property
-    def fanout_list(self) -> list[int]:
+    def fanout_list(self) -> tuple[int, ...]:
         return _ints(self.fanouts, "--fanouts")
 
     @property
-    def eval_fanout_list(self) -> list[int]:
+    def eval_fanout_list(self) -> tuple[int, ...]:
         return _ints(self.eval_fanouts, "--eval-fanouts") if self.eval_fanouts else self.fanout_list
 
     def to_dict(self) -> dict:
@@ -237,9 +251,9 @@ class TrainConfig:
         validate(self)
 
 
-def _ints(text: str, flag: str) -> list[int]:
+def _ints(text: str, flag: str) -> tuple[int, ...]:
     try:
-        values = [int(x) for x in str(text).split(",")]
+        values = tuple(int(x) for x in str(text).split(","))
     except ValueError:
         raise UsageError(f"{flag} {text}: expected comma-separated integers") from None
     return values

@@ -95,7 +95,7 @@ class Loader:
         self.device = self.plan.device
         self.target = target_for(self.device)  # where batches are assembled and steps computed
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
-        self.hag = HagBuilder(cfg.hag if cfg.model != "gat" and self.target.hag else "off")
+        self.hag = HagBuilder(cfg.hag if not cfg.weighs_every_edge and self.target.hag else "off")
         self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use
         self.epochs: OfflineEpochs | None = None
         self.tiers = None

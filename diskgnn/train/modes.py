@@ -76,3 +76,19 @@ class Precision(str, Enum):
     @property
     def bf16(self) -> bool:
         return self is Precision.BF16
+
+
+class Hag(Enum):
+    """--hag: whether blocks sum through shared partial sums (loading/hag.py)."""
+
+    OFF = "off"
+    ON = "on"  # wherever a HAG sums fewer rows
+    AUTO = "auto"  # where the cost model predicts it pays
+
+    @property
+    def off(self) -> bool:
+        return self is Hag.OFF
+
+    @property
+    def on(self) -> bool:
+        return self is Hag.ON

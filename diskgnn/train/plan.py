@@ -54,8 +54,8 @@ def resolve_precision(cfg: TrainConfig, device: str) -> Precision:
     """fp32 or bf16: --precision, with auto resolved by what the device computes natively."""
     import torch
 
-    if cfg.precision != "auto":
-        return Precision(cfg.precision)
+    if cfg.precision_asked is not None:
+        return cfg.precision_asked
     native = torch.cuda.is_bf16_supported() if device == "cuda" else torch.ops.mkldnn._is_mkldnn_bf16_supported()
     return Precision.BF16 if native else Precision.FP32
 

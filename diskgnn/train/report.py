@@ -104,15 +104,15 @@ def distributed_line(cfg, g, workdir) -> str:
 
 def hag_lines(cfg, mode: str) -> list[str]:
     """What --hag does in this run (`mode`: the HagBuilder's, off where its kernels cannot run)."""
-    if cfg.hag == "off":
+    if cfg.hag_mode.off:
         return []
     if mode == "off":
-        why = "gat weights every edge" if cfg.model == "gat" else "its kernels run on the CPU"
+        why = "gat weights every edge" if cfg.weighs_every_edge else "its kernels run on the CPU"
         return [f"plan: --hag {cfg.hag}: not used ({why})"]
     where = ("searched as each batch is sampled and stored with it" if cfg.sampling_mode.ahead
              and not cfg.distribution.cooperative else "searched as each batch is decoded")
     return [f"plan: --hag {cfg.hag}: each block's HAG {where}, run where it "
-            + ("sums fewer rows" if cfg.hag == "on" else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
+            + ("sums fewer rows" if cfg.hag_mode.on else f"is predicted at least {defaults.HAG_MIN_SAVING:.0%} "
                f"faster (a removed row read saves {defaults.HAG_SAVED_ROW_COST:g} of a mean one's time, an "
                f"aggregation node costs {defaults.HAG_NODE_COST:g}); searched only where its sources' most shared "
                f"pair could make one pay, and no more where the first {defaults.HAG_PROBE_BATCHES} batches had "

@@ -27,6 +27,7 @@ from ..store.embeddings import EmbeddingTable
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
+from .modes import Precision
 
 
 class Run:
@@ -97,12 +98,12 @@ class Run:
             self.embeddings.step(mb.input_nodes, trained[0], trained[1].grad.cpu())
 
     def precision_lines(self) -> list[str]:
-        if self.cfg.precision == "fp32":
+        if self.cfg.precision_asked is Precision.FP32:
             return []
         how = ("the layers under autocast in bfloat16; weights, optimizer state and loss in fp32, neighbour sums "
                "accumulated in fp32"
                + ("; gat's layers stay fp32 (their edge work is their cost, and bf16 moved its attention "
-                  "gradients)" if self.cfg.model == "gat" else "")
+                  "gradients)" if self.cfg.weighs_every_edge else "")
                if self.precision.bf16 else "this device has no native bf16")
         if self.precision.bf16:
             how += self.target.bf16_note()

@@ -13,7 +13,7 @@ def test_config_file_and_flags(tmp_path):
     cfg_file = tmp_path / "c.yaml"
     cfg_file.write_text("model: gcn\nbatch-size: 77\nfanouts: [5, 5]\n")
     cfg = resolve(["--config", str(cfg_file), "--batch-size", "99"])
-    assert (cfg.model, cfg.batch_size, cfg.fanout_list) == ("gcn", 99, [5, 5])
+    assert (cfg.model, cfg.batch_size, cfg.fanout_list) == ("gcn", 99, (5, 5))
     cfg_file.write_text("modle: gcn\n")
     with pytest.raises(DiskgnnError, match="unknown option 'modle'"):
         resolve(["--config", str(cfg_file)])

@@ -16,12 +16,12 @@ from diskgnn.train.tasks.node import NodeTask
 from conftest import REPO
 from conftest import train_config as config
 
-MODE_TESTS = re.compile(r"cfg\.(task|sampling|distributed|eval) *[!=]=")
+MODE_TESTS = re.compile(r"cfg\.(task|sampling|distributed|eval|hag|precision) *[!=]=")
 RESOLVING = {"train/config.py", "train/validation.py", "train/modes.py"}
 
 
 def test_no_mode_string_is_compared_past_config():
-    """`cfg.task ==`, `cfg.sampling ==`, `cfg.distributed ==` and `cfg.eval ==` only where the options are resolved
+    """Modes (task, sampling, distributed, eval, hag, precision) compared as strings only where the options are resolved
     and checked, and in the task modules themselves."""
     package = REPO / "diskgnn"
     found = [f"{path.relative_to(package)}:{n}" for path in package.rglob("*.py")
