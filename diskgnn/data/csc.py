@@ -135,28 +135,32 @@ class CscBuilder:
     self_loops : add v -> v for every node.
     drop_self_loops : remove the input's v -> v edges (ignored with self_loops).
     Duplicate edges are always merged: the result is a simple graph.
+    num_dst, kinds : a relation of a heterogeneous graph: destinations in [0, num_dst), sources in
+        [0, num_nodes), written as the files `kinds` (indptr, indices).
     """
 
     def __init__(self, num_nodes: int, builder: DatasetBuilder, memory_bytes: int, *,
                  undirected: bool = False, self_loops: bool = False,
                  drop_self_loops: bool = False, edge_count_hint: int = 0,
-                 source_name: str = "edges"):
+                 source_name: str = "edges", num_dst: int | None = None, kinds=("indptr", "indices")):
         if num_nodes <= 0:
             raise DiskgnnError(f"{source_name}: the graph has no nodes")
-        self.num_nodes = num_nodes
+        self.num_src, self.num_dst, self.kinds = num_nodes, num_nodes if num_dst is None else num_dst, kinds
+        self.num_nodes = max(self.num_src, self.num_dst)  # the sort's key space: (dst, src) pairs
         self.builder = builder
         self.undirected = undirected
         self.self_loops = self_loops
         self.drop_self_loops = drop_self_loops and not self_loops
         self.source_name = source_name
         # keyed by destination: a range's sorted keys are its columns, in order
-        self.pairs = PairSorter(num_nodes, builder.scratch_dir("csc"), memory_bytes,
+        self.pairs = PairSorter(self.num_nodes, builder.scratch_dir(f"csc-{kinds[0].replace('/', '-')}"),
+                                memory_bytes,
                                 edge_count_hint * (2 if undirected else 1), source_name)
         self.input_edges = 0
 
     def add(self, src, dst) -> None:
         """Adds a chunk of edges src[i] -> dst[i]; ids are validated here."""
-        src, dst = checked_ids(src, dst, self.num_nodes, self.source_name)
+        src, dst = checked_ids(src, dst, self.num_src, self.source_name, self.num_dst)
         if src.size == 0:
             return
         self.input_edges += src.size
@@ -170,8 +174,8 @@ class CscBuilder:
     def finish(self) -> int:
         """Writes indptr and indices into the dataset; returns the edge count."""
         n = self.num_nodes
-        indptr_w = self.builder.writer("indptr", np.int64)
-        indices_w = self.builder.writer("indices", index_dtype(n))
+        indptr_w = self.builder.writer(self.kinds[0], np.int64)
+        indices_w = self.builder.writer(self.kinds[1], index_dtype(self.num_src))
         indptr_w.write(np.zeros(1, dtype=np.int64))
 
         def loops(lo: int, hi: int) -> np.ndarray:
@@ -181,27 +185,29 @@ class CscBuilder:
         offset = 0
         for lo, hi, key in self.pairs.ranges(loops if self.self_loops else None):
             indices_w.write(key % n)
-            indptr_w.write(offset + np.cumsum(np.bincount(key // n, minlength=hi - lo), dtype=np.int64))
+            counts = np.bincount(key // n, minlength=hi - lo)[:max(0, min(hi, self.num_dst) - lo)]
+            indptr_w.write(offset + np.cumsum(counts, dtype=np.int64))
             offset += int(key.size)
-        self.builder.add("indptr", indptr_w.close())
-        self.builder.add("indices", indices_w.close())
+        self.builder.add(self.kinds[0], indptr_w.close())
+        self.builder.add(self.kinds[1], indices_w.close())
         return offset
 
 
-def checked_ids(src, dst, num_nodes: int, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """A chunk of edges as two integer arrays of one shape, every id in [0, num_nodes); else one line naming
-    `name` and what is wrong."""
+def checked_ids(src, dst, num_nodes: int, name: str, num_dst: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """A chunk of edges as two integer arrays of one shape, every id in [0, num_nodes) (destinations in
+    [0, num_dst) where given); else one line naming `name` and what is wrong."""
     src = np.asarray(src)
     dst = np.asarray(dst)
     if src.shape != dst.shape or src.ndim != 1:
         raise DiskgnnError(f"{name}: source and destination id arrays differ in shape")
     if src.size == 0:
         return src, dst
-    for what, ids in (("source", src), ("destination", dst)):
+    for what, ids, count in (("source", src, num_nodes), ("destination", dst, num_nodes if num_dst is None
+                                                                             else num_dst)):
         if not np.issubdtype(ids.dtype, np.integer):
             raise DiskgnnError(f"{name}: {what} ids have dtype {ids.dtype}, expected integers")
         lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= num_nodes:
+        if lo < 0 or hi >= count:
             bad = lo if lo < 0 else hi
-            raise DiskgnnError(f"{name}: {what} id {bad} out of range [0, {num_nodes})")
+            raise DiskgnnError(f"{name}: {what} id {bad} out of range [0, {count})")
     return src, dst

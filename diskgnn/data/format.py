@@ -44,6 +44,7 @@ from .files import (
 
 FORMAT_NAME = "diskgnn-dataset"
 FORMAT_VERSION = 1
+KINDS = {FORMAT_NAME: "homogeneous", "diskgnn-hetero-dataset": "heterogeneous"}
 MANIFEST = "manifest.json"
 
 FILE_NAMES = {
@@ -203,8 +204,9 @@ class Dataset:
         return list(self.manifest.get("quantized", {}))
 
 
-def read_manifest(path) -> dict:
-    """Loads and checks manifest.json: format, version, its own checksum."""
+def read_manifest(path, fmt: str | None = FORMAT_NAME) -> dict:
+    """Loads and checks manifest.json: format (`fmt`: a homogeneous or a heterogeneous dataset; None: either),
+    version, its own checksum."""
     path = Path(path)
     mpath = path / MANIFEST
     if is_temp(path):
@@ -218,8 +220,13 @@ def read_manifest(path) -> dict:
         manifest = json.loads(mpath.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DiskgnnError(f"{mpath}: not valid JSON ({e})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise DiskgnnError(f"{mpath}: not a {FORMAT_NAME} manifest")
+    if fmt is None and isinstance(manifest, dict) and manifest.get("format") in KINDS:
+        fmt = manifest["format"]
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        if found in KINDS and fmt in KINDS:
+            raise DiskgnnError(f"{path}: a {KINDS[found]} dataset; this command reads {KINDS[fmt]} ones")
+        raise DiskgnnError(f"{mpath}: not a {fmt or FORMAT_NAME} manifest")
     if manifest.get("format_version") != FORMAT_VERSION:
         raise DiskgnnError(f"{mpath}: format version {manifest.get('format_version')} is not supported "
                            f"(this diskgnn reads version {FORMAT_VERSION})")

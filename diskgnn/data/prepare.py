@@ -11,6 +11,7 @@ Examples::
     python -m diskgnn.prepare synthetic --structure powerlaw --nodes 8000000 --feat-dim 128 \\
         --avg-degree 10 --classes 16 --seed 0 --out data/w2
     python -m diskgnn.prepare ../shared/datasets/planetoid_cora --out data/cora --undirected
+    python -m diskgnn.prepare ACM/ --format hgb --out data/acm       (heterogeneous: data/hetero/)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder, index_dtype
 from .graph_stats import describe, measure
 from .quantize.spec import canonical_spec
 from .quantize.variants import write_quantized
-from .sources import FORMATS, open_source
+from .sources import FORMATS, HETERO_FORMATS, open_source
 from .sources.synthetic import STRUCTURES, SyntheticSource
 from .splits import BLOCK, check_given, per_class_split, ratio_split
 
@@ -316,6 +317,12 @@ def _with_train_fraction(train_fraction, split_ratios, split_per_class):
     return train_fraction, val, test
 
 
+def is_hetero_input(source: str) -> bool:
+    from .hetero.sources import is_hgb, is_npy_hetero
+
+    return is_hgb(Path(source)) or is_npy_hetero(Path(source))
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m diskgnn.prepare", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -349,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also store quantized features: sq1|sq2|sq4|sq8|sq16|lin4|lin8|vq:w=16,L=2048 "
                         "(repeat for several; see docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true")
+    h = p.add_argument_group("heterogeneous (--format hgb or npy-hetero, or detected)")
+    h.add_argument("--add-reverse", action="store_true",
+                   help="add each relation's reverse (rev_NAME), so that messages flow both ways")
+    h.add_argument("--val-share", type=float, default=0.2,
+                   help="HGB: the share of label.dat drawn (seeded by --split-seed) for val (default 0.2)")
     g = p.add_argument_group("synthetic (SOURCE = synthetic)")
     g.add_argument("--nodes", type=int, default=100_000)
     g.add_argument("--feat-dim", type=int, default=128)
@@ -376,6 +388,15 @@ def main(argv=None) -> None:
     if args.split_per_class:
         per_class = tuple(int(x) for x in _parse_floats(args.split_per_class, 2, "--split-per-class"))
     is_synthetic = args.source == "synthetic" or args.format == "synthetic"
+    if args.format in HETERO_FORMATS or (args.format == "auto" and not is_synthetic and is_hetero_input(args.source)):
+        from .hetero.prepare import prepare_hetero
+
+        prepare_hetero(args.source, args.out, format=args.format, add_reverse=args.add_reverse,
+                       feature_dtype=args.feature_dtype, split_ratios=_parse_floats(args.split_ratios, 3,
+                                                                                    "--split-ratios"),
+                       split_seed=args.split_seed, val_share=args.val_share, memory_budget=args.memory_budget,
+                       overwrite=args.overwrite, allow_nonfinite=args.allow_nonfinite, report=True)
+        return
     prepare(
         args.source, args.out, format=args.format,
         undirected=args.undirected or is_synthetic, self_loops=args.self_loops,

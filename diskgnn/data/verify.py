@@ -21,6 +21,7 @@ from ..errors import ArgumentParser, DiskgnnError
 from .format import SPLITS, Dataset, check_file_checksum, check_file_sizes, read_manifest
 from .edge_split import check_edge_split, describe_edge_split
 from .graph_stats import describe, recheck
+from .hetero.format import is_hetero, read_hetero_manifest
 from .quantize.variants import check_quantized
 
 
@@ -107,6 +108,16 @@ def main(argv=None) -> None:
     ap = ArgumentParser(prog="python -m diskgnn.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("dataset", help="dataset directory written by diskgnn.prepare")
     args = ap.parse_args(argv)
+    if is_hetero(read_manifest(args.dataset, None)):
+        from .hetero.verify import verify_hetero
+
+        problems = verify_hetero(args.dataset)
+        if problems:
+            raise DiskgnnError("; ".join(problems))
+        m = read_hetero_manifest(args.dataset)
+        print(f"verify: OK: {Path(args.dataset)} (heterogeneous: {len(m['hetero']['node_types'])} node types, "
+              f"{len(m['hetero']['relations'])} relations, {len(m['files'])} files, checksums and invariants hold)")
+        return
     problems = verify(args.dataset)
     if problems:
         raise DiskgnnError("; ".join(problems))

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from ...errors import DiskgnnError, UsageError
 
-FORMATS = ("auto", "npy", "ogb", "csv", "gnnbench", "planetoid", "zarr", "synthetic")
+FORMATS = ("auto", "npy", "ogb", "csv", "gnnbench", "planetoid", "zarr", "synthetic", "hgb", "npy-hetero")
+HETERO_FORMATS = ("hgb", "npy-hetero")  # heterogeneous inputs: data/hetero/
 
 
 def detect_format(path: Path) -> str:

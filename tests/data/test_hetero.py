@@ -1,0 +1,178 @@
+"""Heterogeneous datasets: prepare from HGB's text layout and the npy directory layout, checked against numpy
+oracles; verify; bad input as one line."""
+
+import zipfile
+
+import numpy as np
+import pytest
+
+from conftest import run_module, shared_dataset
+
+
+def relation_oracle(num_dst, src, dst):
+    """CSC of one relation the obvious way: unique (dst, src) pairs, sorted."""
+    pairs = np.unique(np.stack([np.asarray(dst), np.asarray(src)], 1), axis=0)
+    indptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=num_dst))]
+    return indptr, pairs[:, 1]
+
+
+def write_hetero_npy(path, counts, dims, relations, target, labels, splits=None):
+    """counts/dims per type; relations: {(src, name, dst): edges [E, 2]}."""
+    for t, n in counts.items():
+        d = path / "nodes" / t
+        d.mkdir(parents=True)
+        if dims.get(t):
+            np.save(d / "features.npy", np.random.default_rng(len(t)).standard_normal((n, dims[t])).astype(np.float32))
+        else:
+            (d / "num_nodes.txt").write_text(f"{n}\n")
+    np.save(path / "nodes" / target / "labels.npy", labels)
+    for (s, name, t), e in relations.items():
+        d = path / "relations" / f"{s}__{name}__{t}"
+        d.mkdir(parents=True)
+        np.save(d / "edges.npy", np.asarray(e, dtype=np.int64))
+    for s, ids in (splits or {}).items():
+        np.save(path / "nodes" / target / f"{s}_idx.npy", np.asarray(ids, dtype=np.int64))
+    return path
+
+
+@pytest.fixture
+def awkward(tmp_path):
+    """Types of 1, 199 and 33 nodes; rows of 4097 int8-wide floats, 1 float, none; duplicate edges."""
+    rng = np.random.default_rng(0)
+    counts, dims = {"a": 199, "b": 1, "c": 33}, {"a": 4097, "b": 1}
+    rels = {("a", "cites", "a"): np.r_[rng.integers(0, 199, (700, 2)), [[3, 4], [3, 4]]],
+            ("b", "to", "a"): np.stack([np.zeros(50, int), rng.integers(0, 199, 50)], 1),
+            ("c", "tags", "a"): np.stack([rng.integers(0, 33, 300), rng.integers(0, 199, 300)], 1)}
+    labels = rng.integers(-1, 4, 199)
+    labels[:3] = [0, 1, 2]
+    return write_hetero_npy(tmp_path / "src", counts, dims, rels, "a", labels), counts, dims, rels, labels
+
+
+def test_npy_dir_matches_oracle(tmp_path, awkward):
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.hetero.prepare import prepare_hetero
+
+    src, counts, dims, rels, labels = awkward
+    out = prepare_hetero(src, tmp_path / "ds", add_reverse=True, memory_budget="512MiB")
+    ds = open_hetero(out)
+    s = ds.schema
+    assert [t.name for t in s.types] == ["a", "b", "c"] and s.target == "a" and s.num_classes == 4
+    assert [r.name for r in s.relations] == ["cites", "to", "tags", "rev_cites", "rev_to", "rev_tags"]  # folder order
+    for t in s.types:
+        assert t.count == counts[t.name] and t.feature_dim == dims.get(t.name, 0)
+        x = ds.features(t.name)
+        if dims.get(t.name):
+            np.testing.assert_array_equal(x, np.load(src / "nodes" / t.name / "features.npy"))
+        else:
+            assert x is None
+    for i, r in enumerate(s.relations):
+        base = next(k for k in rels if k[1] == r.name.removeprefix("rev_"))
+        e = rels[base]
+        sd = (e[:, 1], e[:, 0]) if r.name.startswith("rev_") else (e[:, 0], e[:, 1])
+        want = relation_oracle(counts[r.dst], *sd)
+        got = ds.csc(i)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
+        assert r.num_edges == want[1].size
+    np.testing.assert_array_equal(ds.labels, labels)
+    ids = np.concatenate([ds.split(x) for x in ("train", "val", "test")])
+    assert np.array_equal(np.sort(ids), np.flatnonzero(labels >= 0))
+    assert run_module("diskgnn.verify", out).returncode == 0
+
+
+def test_multilabel_and_given_split(tmp_path):
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.hetero.prepare import prepare_hetero
+
+    labels = np.array([[1, 0, 1], [-1, -1, -1], [0, 0, 0], [0, 1, 0]], dtype=np.int64)
+    src = write_hetero_npy(tmp_path / "src", {"m": 4, "k": 2}, {"m": 3}, {("k", "of", "m"): [[0, 1], [1, 3]]}, "m",
+                           labels, splits={"train": [0, 2], "val": [3], "test": []})
+    ds = open_hetero(prepare_hetero(src, tmp_path / "ds"))
+    assert ds.schema.multilabel and ds.schema.num_classes == 3
+    np.testing.assert_array_equal(ds.labels, labels)
+    assert ds.split("train").tolist() == [0, 2] and ds.split("test").size == 0
+    np.save(src / "nodes" / "m" / "test_idx.npy", np.array([1]))  # a split on an unlabeled node is refused
+    one_line_failure(tmp_path, src, match="test split contains unlabeled nodes")
+
+
+@pytest.fixture(scope="module")
+def acm(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("acm")
+    with zipfile.ZipFile(shared_dataset("hgb_acm") / "ACM.zip") as z:
+        z.extractall(tmp)
+    return tmp / "ACM"
+
+
+def test_hgb_acm(tmp_path, acm):
+    from diskgnn.data.hetero.format import open_hetero
+
+    proc = run_module("diskgnn.prepare", acm, "--out", tmp_path / "ds", "--no-progress", "--memory-budget", "1GiB")
+    assert proc.returncode == 0, proc.stderr
+    ds = open_hetero(tmp_path / "ds")
+    s = ds.schema
+    assert [(t.name, t.count, t.feature_dim) for t in s.types] == [
+        ("paper", 3025, 1902), ("author", 5959, 1902), ("subject", 56, 1902), ("term", 1902, 0)]
+    assert ds.num_edges == 547_872 and len(s.relations) == 8 and s.num_classes == 3 and not s.multilabel
+    assert ds.split("train").size + ds.split("val").size == 907 and ds.split("test").size == 1059
+    links = np.loadtxt(acm / "link.dat", dtype=np.int64, usecols=(0, 1, 2))
+    offset = {"paper": 0, "author": 3025, "subject": 8984, "term": 9040}
+    for i, r in enumerate(s.relations):
+        e = links[links[:, 2] == i]
+        want = relation_oracle(s.type(r.dst).count, e[:, 0] - offset[r.src], e[:, 1] - offset[r.dst])
+        np.testing.assert_array_equal(ds.csc(i)[0], want[0])
+        np.testing.assert_array_equal(ds.csc(i)[1], want[1])
+    first = open(acm / "node.dat").readline().rstrip("\n").split("\t")[-1]
+    np.testing.assert_array_equal(ds.features("paper")[0], np.array(first.split(","), dtype=np.float32))
+    test = np.loadtxt(acm / "label.dat.test", dtype=str, delimiter="\t")
+    np.testing.assert_array_equal(ds.labels[test[:, 0].astype(int)], test[:, 3].astype(int))
+    assert run_module("diskgnn.verify", tmp_path / "ds").returncode == 0
+    rel = ds.file_path("rel/6/indices")  # a flipped byte is named by verify
+    data = bytearray(rel.read_bytes())
+    data[100] ^= 1
+    rel.write_bytes(bytes(data))
+    proc = run_module("diskgnn.verify", tmp_path / "ds")
+    assert proc.returncode != 0 and "rel-06.indices.bin: checksum mismatch" in proc.stderr
+
+
+def one_line_failure(tmp_path, source, *flags, match):
+    out = tmp_path / "out"
+    proc = run_module("diskgnn.prepare", source, "--out", out, "--no-progress", *flags)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert match in lines[0], lines[0]
+    assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".out.")]
+
+
+def test_bad_inputs_are_one_line(tmp_path, awkward):
+    src = awkward[0]
+    (src / "relations" / "a__bad__zz").mkdir()
+    one_line_failure(tmp_path, src, match="a__bad__zz: names node type 'zz'")
+    (src / "relations" / "a__bad__zz").rmdir()
+    np.save(src / "relations" / "c__tags__a" / "edges.npy", np.array([[0, 1], [33, 2]]))
+    one_line_failure(tmp_path, src, match="relation tags: source (c) id 33 out of range [0, 33)")
+    np.save(src / "relations" / "c__tags__a" / "edges.npy", np.array([[0, 1]]))
+    np.save(src / "nodes" / "c" / "labels.npy", np.zeros(33, dtype=np.int64))
+    one_line_failure(tmp_path, src, match="labels.npy in 2 node types")
+
+
+def test_bad_hgb_inputs_are_one_line(tmp_path):
+    src = tmp_path / "hgb"
+    src.mkdir()
+    (src / "info.dat").write_text('{"node.dat": {"node type": {"0": "p", "1": "a"}}, "link.dat": {"link type": '
+                                  '{"0": {"start": 0, "end": 1, "meaning": "p-a"}}}, "label.dat": {"node type": '
+                                  '{"0": {"0": "x", "1": "y"}}}}')
+    (src / "node.dat").write_text("0\tp0\t0\t1,2\n1\tp1\t0\t3,4\n2\ta0\t1\n")
+    (src / "link.dat").write_text("0\t2\t0\t1.0\n1\t2\t0\t1.0\n")
+    (src / "label.dat").write_text("0\tp0\t0\t1\n1\tp1\t0\t0\n")
+    assert run_module("diskgnn.prepare", src, "--out", tmp_path / "ok", "--no-progress").returncode == 0
+    (src / "label.dat").write_text("0\tp0\t0\t1\n2\ta0\t1\t0\n")
+    one_line_failure(tmp_path, src, match="node 2 is not a p node (the target type")
+    (src / "label.dat").write_text("0\tp0\t0\t1\n")
+    (src / "link.dat").write_text("0\t1\t0\t1.0\n")
+    one_line_failure(tmp_path, src, match="relation p-a: destination (a; global id - 2) id -1 out of range")
+    (src / "link.dat").write_text("0\t2\t0\t1.0\n")
+    (src / "node.dat").write_text("0\tp0\t0\t1,2\n1\tp1\t0\t3,4,5\n2\ta0\t1\n")
+    one_line_failure(tmp_path, src, match="node.dat: line 2: 3 feature values, but type p's first node has 2")
+    (src / "node.dat").write_text("0\tp0\t0\t1,2\n1\tp1\t0\t3,4\n2\ta0\t1\n")
+    (src / "info.dat").write_text((src / "info.dat").read_text().replace('"end": 1', '"end": 7'))
+    one_line_failure(tmp_path, src, match="link type 0 (p-a) names node type 7")
