@@ -443,6 +443,36 @@ PYBIND11_MODULE(_native, m) {
       "exclude_offsets, never along batch b's pairs exclude_pairs[exclude_offsets[b]:exclude_offsets[b + 1]] "
       "(source, destination).");
   m.def(
+      "sample_hetero_batches",
+      [](const std::vector<const diskgnn::CscView*>& graphs, const std::vector<int>& src_types,
+         const std::vector<int>& dst_types, int num_types, int target_type,
+         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
+         const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
+         const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed, int num_threads) {
+        if (batch_offsets.empty() || batch_offsets.front() != 0 || batch_offsets.back() != seeds.size()) {
+          throw std::invalid_argument("batch_offsets must run from 0 to len(seeds)");
+        }
+        if (graphs.size() != src_types.size() || graphs.size() != dst_types.size()) {
+          throw std::invalid_argument("need a source and a destination type per relation");
+        }
+        std::vector<diskgnn::HeteroRelation> rels;
+        for (size_t r = 0; r < graphs.size(); ++r) rels.push_back({graphs[r], src_types[r], dst_types[r]});
+        std::vector<diskgnn::SampleRecord> records;
+        {
+          py::gil_scoped_release release;
+          records = diskgnn::sample_hetero_batches(rels, num_types, target_type, seeds.data(), batch_offsets,
+                                                   batch_keys, fanouts, seed, num_threads);
+        }
+        py::list out;
+        for (auto& r : records) out.append(py::bytes(reinterpret_cast<const char*>(r.bytes.data()), r.bytes.size()));
+        return out;
+      },
+      py::arg("graphs"), py::arg("src_types"), py::arg("dst_types"), py::arg("num_types"), py::arg("target_type"),
+      py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"), py::arg("seed"),
+      py::arg("num_threads"),
+      "Samples batches of target-type seeds over typed relations (fanouts[hop][relation]; -1 all, 0 none); one "
+      "record (bytes) per batch, layout in sampler.h.");
+  m.def(
       "labor_variates",
       [sampling](uint64_t seed, bool layer_dependency, uint64_t batch_dependency, uint64_t step, size_t hop,
                  const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids) {

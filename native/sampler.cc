@@ -280,6 +280,99 @@ SampleRecord sample_one(const CscView& g, const int64_t* seeds, int64_t n_seeds,
   return rec;
 }
 
+// Runs sample(b, scratch) for every batch on num_threads threads (each with its own scratch); a batch's record
+// depends on its key alone, so any assignment of batches to threads gives the same records.
+template <typename MakeScratch, typename Sample>
+std::vector<SampleRecord> in_parallel(const std::vector<uint64_t>& batch_keys, int num_threads, MakeScratch make,
+                                      Sample sample) {
+  const size_t batches = batch_keys.size();
+  std::vector<SampleRecord> out(batches);
+  std::vector<std::string> errors(batches);
+  const size_t threads = std::max<size_t>(1, std::min<size_t>(num_threads, batches));
+  auto work = [&](size_t t) {
+    auto scratch = make();
+    for (size_t b = t; b < batches; b += threads) {
+      try {
+        out[b] = sample(b, scratch);
+      } catch (const std::exception& e) {
+        errors[b] = e.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  for (size_t b = 0; b < batches; ++b) {
+    if (!errors[b].empty()) throw std::runtime_error("batch " + std::to_string(batch_keys[b]) + ": " + errors[b]);
+  }
+  return out;
+}
+
+SampleRecord sample_hetero_one(const std::vector<HeteroRelation>& relations, int num_types, int target_type,
+                               const int64_t* seeds, int64_t n_seeds, Rng rng,
+                               const std::vector<std::vector<int64_t>>& fanouts, std::vector<LocalIds>& ids) {
+  const size_t layers = fanouts.size(), nrel = relations.size();
+  std::vector<std::vector<int64_t>> nodes(num_types);
+  for (int t = 0; t < num_types; ++t) ids[t].reset(t == target_type ? static_cast<size_t>(n_seeds) * 8 : 64);
+  nodes[target_type].assign(seeds, seeds + n_seeds);
+  for (int64_t i = 0; i < n_seeds; ++i) {
+    bool inserted;
+    if (ids[target_type].find_or_insert(seeds[i], static_cast<int32_t>(i), &inserted) != i || !inserted) {
+      throw std::invalid_argument("a batch lists the same seed twice");
+    }
+  }
+  std::vector<int64_t> counts;  // n[h][t], h = 0..L
+  std::vector<std::vector<int32_t>> indptrs(layers * nrel), indices(layers * nrel);
+  std::vector<int64_t> picks;
+  for (size_t h = 0; h < layers; ++h) {
+    std::vector<int64_t> known(num_types);  // the destinations of hop h: what was known when it began
+    for (int t = 0; t < num_types; ++t) known[t] = static_cast<int64_t>(nodes[t].size());
+    counts.insert(counts.end(), known.begin(), known.end());
+    for (size_t r = 0; r < nrel; ++r) {
+      const HeteroRelation& rel = relations[r];
+      const CscView& g = *rel.graph;
+      auto& ptr = indptrs[h * nrel + r];
+      auto& idx = indices[h * nrel + r];
+      std::vector<int64_t>& src_nodes = nodes[rel.src_type];
+      ptr.assign(1, 0);
+      for (int64_t i = 0; i < known[rel.dst_type]; ++i) {
+        const int64_t v = nodes[rel.dst_type][i];
+        const int64_t d = g.degree(v), f = fanouts[h][r];
+        const int64_t k = f < 0 ? d : std::min<int64_t>(f, d);
+        if (k == d) {
+          picks.resize(d);
+          for (int64_t j = 0; j < d; ++j) picks[j] = j;
+        } else {
+          choose(rng, d, k, picks);
+        }
+        for (int64_t j : picks) {
+          const int64_t u = g.neighbour(v, j);
+          bool inserted;
+          const int32_t local = ids[rel.src_type].find_or_insert(u, static_cast<int32_t>(src_nodes.size()), &inserted);
+          if (inserted) src_nodes.push_back(u);
+          idx.push_back(local);
+        }
+        if (idx.size() > static_cast<size_t>(INT32_MAX)) throw std::length_error("a sampled block exceeds 2^31 edges");
+        ptr.push_back(static_cast<int32_t>(idx.size()));
+      }
+    }
+  }
+  for (int t = 0; t < num_types; ++t) counts.push_back(static_cast<int64_t>(nodes[t].size()));
+  std::vector<int64_t> header{static_cast<int64_t>(layers), num_types, static_cast<int64_t>(nrel)};
+  header.insert(header.end(), counts.begin(), counts.end());
+  for (const auto& idx : indices) header.push_back(static_cast<int64_t>(idx.size()));
+  SampleRecord rec;
+  append(rec.bytes, header.data(), header.size());
+  for (const auto& n : nodes) append(rec.bytes, n.data(), n.size());
+  for (size_t i = 0; i < indptrs.size(); ++i) {
+    append(rec.bytes, indptrs[i].data(), indptrs[i].size());
+    append(rec.bytes, indices[i].data(), indices[i].size());
+  }
+  rec.bytes.resize((rec.bytes.size() + 7) / 8 * 8, 0);
+  return rec;
+}
+
 }  // namespace
 
 CscView::CscView(const std::string& indptr_path, const std::string& indices_path, int64_t num_nodes,
@@ -338,33 +431,45 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
       }
     }
   }
-  std::vector<SampleRecord> out(batches);
-  std::vector<std::string> errors(batches);
-  const size_t threads = std::max<size_t>(1, std::min<size_t>(num_threads, batches));
-  auto work = [&](size_t t) {
-    LocalIds ids(1024);
-    // Strided assignment: each batch's result depends only on its key, so any split is fine.
-    for (size_t b = t; b < batches; b += threads) {
-      try {
-        const bool ex = !options.exclude_offsets.empty();
-        const Excluded excluded(ex ? options.exclude_pairs + 2 * options.exclude_offsets[b] : nullptr,
-                                ex ? options.exclude_offsets[b + 1] - options.exclude_offsets[b] : 0);
-        out[b] = sample_one(graph, seeds + batch_offsets[b], batch_offsets[b + 1] - batch_offsets[b],
-                            batch_keys[b], options, options.batch_masks.empty() ? ~0ULL : options.batch_masks[b],
-                            excluded, ids);
-      } catch (const std::exception& e) {
-        errors[b] = e.what();
-      }
+  return in_parallel(batch_keys, num_threads, [] { return LocalIds(1024); }, [&](size_t b, LocalIds& ids) {
+    const bool ex = !options.exclude_offsets.empty();
+    const Excluded excluded(ex ? options.exclude_pairs + 2 * options.exclude_offsets[b] : nullptr,
+                            ex ? options.exclude_offsets[b + 1] - options.exclude_offsets[b] : 0);
+    return sample_one(graph, seeds + batch_offsets[b], batch_offsets[b + 1] - batch_offsets[b], batch_keys[b],
+                      options, options.batch_masks.empty() ? ~0ULL : options.batch_masks[b], excluded, ids);
+  });
+}
+
+std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation>& relations, int num_types,
+                                                int target_type, const int64_t* seeds,
+                                                const std::vector<int64_t>& batch_offsets,
+                                                const std::vector<uint64_t>& batch_keys,
+                                                const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed,
+                                                int num_threads) {
+  if (batch_offsets.size() != batch_keys.size() + 1) throw std::invalid_argument("need one offset per batch plus one");
+  if (target_type < 0 || target_type >= num_types) throw std::invalid_argument("target type out of range");
+  for (const auto& r : relations) {
+    if (r.src_type < 0 || r.src_type >= num_types || r.dst_type < 0 || r.dst_type >= num_types) {
+      throw std::invalid_argument("a relation's type is out of range");
     }
-  };
-  std::vector<std::thread> pool;
-  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
-  for (size_t b = 0; b < batches; ++b) {
-    if (!errors[b].empty()) throw std::runtime_error("batch " + std::to_string(batch_keys[b]) + ": " + errors[b]);
   }
-  return out;
+  for (const auto& f : fanouts) {
+    if (f.size() != relations.size()) throw std::invalid_argument("need one fanout per relation at every hop");
+  }
+  int64_t targets = -1;
+  for (const auto& r : relations) {
+    if (r.dst_type == target_type) targets = r.graph->num_nodes();
+  }
+  for (int64_t i = 0; i < batch_offsets.back(); ++i) {
+    if (seeds[i] < 0 || (targets >= 0 && seeds[i] >= targets)) {
+      throw std::out_of_range("seed " + std::to_string(seeds[i]) + " is not a node of the target type");
+    }
+  }
+  using TypedIds = std::vector<LocalIds>;
+  return in_parallel(batch_keys, num_threads, [&] { return TypedIds(num_types, LocalIds(1024)); },
+                     [&](size_t b, TypedIds& ids) {    return sample_hetero_one(relations, num_types, target_type, seeds + batch_offsets[b],
+                             batch_offsets[b + 1] - batch_offsets[b], Rng(seed, batch_keys[b]), fanouts, ids);
+  });
 }
 
 }  // namespace diskgnn

@@ -94,4 +94,26 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
                                          const std::vector<uint64_t>& batch_keys, const sampling_options& options,
                                          int num_threads);
 
+/// @brief One relation of a heterogeneous graph as the sampler sees it: its CSC over the destination type's
+/// local ids (sources are the source type's local ids), and the two types' indices.
+struct HeteroRelation {
+  const CscView* graph;
+  int src_type, dst_type;
+};
+
+/// @brief Samples batches of target-type seeds over typed relations, node-wise uniform, each batch from its own
+/// random stream keyed by (seed, batch key).
+///
+/// Hop h takes, for every node of type t known after hop h and every relation r into t, up to fanouts[h][r]
+/// distinct sources of r (all for -1, none for 0). Record layout (docs/format.md, "Hetero sample records"):
+/// int64 header [L, T, R, n[0][0..T) .. n[L][0..T), e[0][0..R) .. e[L-1][0..R)], per type t the int64 local
+/// ids of its n[L][t] nodes (seeds first), then per hop h and relation r int32 indptr[n[h][dst(r)] + 1] and
+/// int32 indices[e[h][r]] (positions among the source type's nodes), padded to a multiple of 8 bytes.
+std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation>& relations, int num_types,
+                                                int target_type, const int64_t* seeds,
+                                                const std::vector<int64_t>& batch_offsets,
+                                                const std::vector<uint64_t>& batch_keys,
+                                                const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed,
+                                                int num_threads);
+
 }  // namespace diskgnn

@@ -73,6 +73,50 @@ def write_npy_dir(path: Path, g: dict, edge_layout="2xE", splits=None) -> Path:
 
 
 
+def write_hetero_npy(path, counts, dims, relations, target, labels, splits=None):
+    """counts/dims per type; relations: {(src, name, dst): edges [E, 2]}."""
+    for t, n in counts.items():
+        d = path / "nodes" / t
+        d.mkdir(parents=True)
+        if dims.get(t):
+            np.save(d / "features.npy", np.random.default_rng(len(t)).standard_normal((n, dims[t])).astype(np.float32))
+        else:
+            (d / "num_nodes.txt").write_text(f"{n}\n")
+    np.save(path / "nodes" / target / "labels.npy", labels)
+    for (s, name, t), e in relations.items():
+        d = path / "relations" / f"{s}__{name}__{t}"
+        d.mkdir(parents=True)
+        np.save(d / "edges.npy", np.asarray(e, dtype=np.int64))
+    for s, ids in (splits or {}).items():
+        np.save(path / "nodes" / target / f"{s}_idx.npy", np.asarray(ids, dtype=np.int64))
+    return path
+
+
+def small_hetero(tmp: Path, seed: int = 0, learnable: bool = False):
+    """An npy hetero directory prepared: papers (199, 12-d features, 3 classes) cite papers; authors (1 node and
+    then 40; no features) write papers; terms (7, 4097-d) tag papers; reverses added. `learnable`: a paper's
+    class shows in its features and its authors' papers share it."""
+    from diskgnn.data.hetero.prepare import prepare_hetero
+
+    rng = np.random.default_rng(seed)
+    n = 199
+    labels = rng.integers(0, 3, n)
+    cites = rng.integers(0, n, (900, 2))
+    if learnable:
+        cites = cites[labels[cites[:, 0]] == labels[cites[:, 1]]]
+    writes = np.stack([rng.integers(0, 40, 500), rng.integers(0, n, 500)], 1)
+    tags = np.stack([rng.integers(0, 7, 300), rng.integers(0, n, 300)], 1)
+    src = write_hetero_npy(tmp / "hsrc", {"paper": n, "author": 40, "term": 7}, {"paper": 12, "term": 4097},
+                           {("paper", "cites", "paper"): cites, ("author", "writes", "paper"): writes,
+                            ("term", "tags", "paper"): tags}, "paper", labels,
+                           splits={"train": np.arange(0, n, 2), "val": np.arange(1, n, 4), "test": np.arange(3, n, 4)})
+    if learnable:
+        x = np.load(src / "nodes" / "paper" / "features.npy")
+        x[np.arange(n), labels] += 1.5
+        np.save(src / "nodes" / "paper" / "features.npy", x)
+    return prepare_hetero(src, tmp / "hds", add_reverse=True, memory_budget="512MiB")
+
+
 def make_dataset(tmp, n, dim, dtype=np.float32):
     """A prepared dataset of n nodes with dim-wide feature rows of `dtype` (the store's tests' and the GPU's)."""
     from diskgnn.data.format import open_dataset

@@ -6,7 +6,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from conftest import run_module, shared_dataset
+from conftest import run_module, shared_dataset, write_hetero_npy
 
 
 def relation_oracle(num_dst, src, dst):
@@ -14,25 +14,6 @@ def relation_oracle(num_dst, src, dst):
     pairs = np.unique(np.stack([np.asarray(dst), np.asarray(src)], 1), axis=0)
     indptr = np.r_[0, np.cumsum(np.bincount(pairs[:, 0], minlength=num_dst))]
     return indptr, pairs[:, 1]
-
-
-def write_hetero_npy(path, counts, dims, relations, target, labels, splits=None):
-    """counts/dims per type; relations: {(src, name, dst): edges [E, 2]}."""
-    for t, n in counts.items():
-        d = path / "nodes" / t
-        d.mkdir(parents=True)
-        if dims.get(t):
-            np.save(d / "features.npy", np.random.default_rng(len(t)).standard_normal((n, dims[t])).astype(np.float32))
-        else:
-            (d / "num_nodes.txt").write_text(f"{n}\n")
-    np.save(path / "nodes" / target / "labels.npy", labels)
-    for (s, name, t), e in relations.items():
-        d = path / "relations" / f"{s}__{name}__{t}"
-        d.mkdir(parents=True)
-        np.save(d / "edges.npy", np.asarray(e, dtype=np.int64))
-    for s, ids in (splits or {}).items():
-        np.save(path / "nodes" / target / f"{s}_idx.npy", np.asarray(ids, dtype=np.int64))
-    return path
 
 
 @pytest.fixture

@@ -1,0 +1,102 @@
+"""The native hetero sampler against the relations' CSCs read with numpy."""
+
+import numpy as np
+import pytest
+
+from conftest import small_hetero
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.offline.hetero_sample import HeteroGraph
+
+    ds = open_hetero(small_hetero(tmp_path_factory.mktemp("hs")))
+    return ds, HeteroGraph(ds)
+
+
+def neighbours(ds, r, v):
+    indptr, indices = ds.csc(r)
+    return np.asarray(indices[indptr[v]:indptr[v + 1]], dtype=np.int64)
+
+
+def check_batch(ds, b, fanouts, everything=False):
+    """Every block's destinations are the first nodes of their type, each picks distinct true neighbours,
+    min(fanout, degree) of them (all of them where `everything`)."""
+    s = ds.schema
+    for h, hop in enumerate(b.blocks):
+        for r, blk in enumerate(hop):
+            rel = s.relations[r]
+            dt, st = s.type_index(rel.dst), s.type_index(rel.src)
+            assert blk.num_dst == b.counts[h, dt] and blk.num_src == b.counts[h + 1, st]
+            for i in range(blk.num_dst):
+                v = b.nodes[dt][i]
+                got = b.nodes[st][blk.indices[blk.indptr[i]:blk.indptr[i + 1]]]
+                true = neighbours(ds, r, v)
+                assert np.unique(got).size == got.size and np.isin(got, true).all()
+                f = fanouts[h][r]
+                want = true.size if f < 0 else min(f, true.size)
+                assert got.size == want
+                if everything:
+                    assert np.array_equal(np.sort(got), true)
+    for t, ids in enumerate(b.nodes):  # a type's nodes are distinct
+        assert np.unique(ids).size == ids.size
+
+
+def test_every_neighbour_and_fanouts(graph):
+    from diskgnn.data.hetero.schema import relation_fanouts
+
+    ds, g = graph
+    seeds = ds.split("train")[:37]
+    everything = relation_fanouts("-1,-1", ds.schema)
+    b = g.sample_batch(seeds, key=3, fanouts=everything, seed=1)
+    assert np.array_equal(b.nodes[ds.schema.type_index("paper")][:37], seeds) and b.num_seeds == 37
+    check_batch(ds, b, everything, everything=True)
+    names = [r.name for r in ds.schema.relations]
+    spec = relation_fanouts("cites=2,writes=3/rev_writes=1,tags=-1", ds.schema)
+    b = g.sample_batch(seeds, key=4, fanouts=spec, seed=1)
+    check_batch(ds, b, spec)
+    assert b.blocks[0][names.index("tags")].indices.size == 0  # not named at hop 0: not followed
+    one = g.sample_batch(seeds[:1], key=5, fanouts=relation_fanouts("3,3", ds.schema), seed=1)
+    check_batch(ds, one, relation_fanouts("3,3", ds.schema))
+
+
+def test_uniform_and_deterministic(graph, tmp_path):
+    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.offline.hetero_sample import sample_hetero_epoch
+    from diskgnn.offline.sample import batch_key
+
+    ds, g = graph
+    r = [x.name for x in ds.schema.relations].index("writes")
+    indptr = np.asarray(ds.csc(r)[0])
+    v = int(np.argmax(np.diff(indptr)))  # the paper with the most authors
+    true = neighbours(ds, r, v)
+    fan = relation_fanouts("2", ds.schema)
+    hits = np.zeros(true.size)
+    trials = 3000
+    for k in range(trials):
+        b = g.sample_batch(np.array([v]), key=k, fanouts=fan, seed=0)
+        blk = b.blocks[0][r]
+        hits[np.searchsorted(true, b.nodes[ds.schema.type_index("author")][blk.indices])] += 1
+    expected = trials * 2 / true.size
+    assert np.abs(hits - expected).max() < 5 * np.sqrt(expected), (hits, expected)
+    fan = relation_fanouts("4,2", ds.schema)
+    one = sample_hetero_epoch(ds, g, tmp_path / "a.samples", fanouts=fan, batch_size=13, seed=7, epoch=2, threads=1)
+    two = sample_hetero_epoch(ds, g, tmp_path / "b.samples", fanouts=fan, batch_size=13, seed=7, epoch=2, threads=2)
+    assert len(one) == -(-ds.split("train").size // 13)
+    for i in range(len(one)):
+        assert bytes(one.record(i)) == bytes(two.record(i))
+    b5 = one[5]
+    again = g.sample_batch(b5.nodes[ds.schema.type_index("paper")][:b5.num_seeds], key=batch_key(2, 5), fanouts=fan,
+                           seed=7)
+    assert all(np.array_equal(x, y) for x, y in zip(b5.nodes, again.nodes))
+
+
+def test_bad_seeds(graph):
+    from diskgnn.data.hetero.schema import relation_fanouts
+
+    ds, g = graph
+    with pytest.raises(RuntimeError, match="same seed twice"):
+        g.sample_batch(np.array([3, 3]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
+    with pytest.raises(IndexError, match="not a node of the target type"):
+        g.sample_batch(np.array([199]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
