@@ -110,10 +110,11 @@ def small_hetero(tmp: Path, seed: int = 0, learnable: bool = False):
                            {("paper", "cites", "paper"): cites, ("author", "writes", "paper"): writes,
                             ("term", "tags", "paper"): tags}, "paper", labels,
                            splits={"train": np.arange(0, n, 2), "val": np.arange(1, n, 4), "test": np.arange(3, n, 4)})
-    if learnable:
+    if learnable:  # the class in a paper's features; the terms' 4097 random values kept small beside it
         x = np.load(src / "nodes" / "paper" / "features.npy")
-        x[np.arange(n), labels] += 1.5
+        x[np.arange(n), labels] += 3.0
         np.save(src / "nodes" / "paper" / "features.npy", x)
+        np.save(src / "nodes" / "term" / "features.npy", np.load(src / "nodes" / "term" / "features.npy") * 0.05)
     return prepare_hetero(src, tmp / "hds", add_reverse=True, memory_budget="512MiB")
 
 

@@ -53,7 +53,7 @@ def one_line(code, err, status, *fragments):
 
 TRAIN_USAGE = [
     (["--backend", "foo"], "--backend foo: expected one of auto, io_uring, pread, mmap, kvikio"),
-    (["--model", "sagee"], "--model sagee: expected one of sage, gcn, gat (did you mean 'sage'?)"),
+    (["--model", "sagee"], "--model sagee: expected one of sage, gcn, gat, rgcn (did you mean 'sage'?)"),
     (["--epochs", "x"], "--epochs: epochs: cannot read 'x' as int"),
     (["--epochs", "0"], "--epochs 0: must be at least 1"),
     (["--fanouts", "10,x"], "--fanouts 10,x: expected comma-separated integers"),
@@ -78,7 +78,7 @@ def test_train_usage_errors(ds, tmp_path, args, message):
     ("batch_sise: 3\n", "unknown option 'batch_sise' (did you mean 'batch-size'?)"),
     ("epochs: [1, 2]\n", "epochs: epochs: cannot read [1, 2] as int"),
     ("fanouts: {a: 1}\n", "fanouts: expected a value, got a mapping"),
-    ("model: gcnn\n", "--model gcnn: expected one of sage, gcn, gat (did you mean 'gcn'?)"),
+    ("model: gcnn\n", "--model gcnn: expected one of sage, gcn, gat, rgcn (did you mean 'gcn'?)"),
     ("- a\n- b\n", "expected a mapping of option: value"),
     ("model: [\n", "not valid YAML"),
 ])

@@ -32,6 +32,7 @@ from .csc import CscBuilder
 from .edge_split import EdgeSplitter, checked_shares, describe_edge_split
 from .format import FEATURE_DTYPES, SPLITS, DatasetBuilder, index_dtype
 from .graph_stats import describe, measure
+from .hetero.prepare import add_hetero_arguments, is_hetero_input, prepare_hetero_args
 from .quantize.spec import canonical_spec
 from .quantize.variants import write_quantized
 from .sources import FORMATS, HETERO_FORMATS, open_source
@@ -317,12 +318,6 @@ def _with_train_fraction(train_fraction, split_ratios, split_per_class):
     return train_fraction, val, test
 
 
-def is_hetero_input(source: str) -> bool:
-    from .hetero.sources import is_hgb, is_npy_hetero
-
-    return is_hgb(Path(source)) or is_npy_hetero(Path(source))
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="python -m diskgnn.prepare", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -356,11 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also store quantized features: sq1|sq2|sq4|sq8|sq16|lin4|lin8|vq:w=16,L=2048 "
                         "(repeat for several; see docs/quantization.md)")
     p.add_argument("--no-progress", action="store_true")
-    h = p.add_argument_group("heterogeneous (--format hgb or npy-hetero, or detected)")
-    h.add_argument("--add-reverse", action="store_true",
-                   help="add each relation's reverse (rev_NAME), so that messages flow both ways")
-    h.add_argument("--val-share", type=float, default=0.2,
-                   help="HGB: the share of label.dat drawn (seeded by --split-seed) for val (default 0.2)")
+    add_hetero_arguments(p)
     g = p.add_argument_group("synthetic (SOURCE = synthetic)")
     g.add_argument("--nodes", type=int, default=100_000)
     g.add_argument("--feat-dim", type=int, default=128)
@@ -389,14 +380,7 @@ def main(argv=None) -> None:
         per_class = tuple(int(x) for x in _parse_floats(args.split_per_class, 2, "--split-per-class"))
     is_synthetic = args.source == "synthetic" or args.format == "synthetic"
     if args.format in HETERO_FORMATS or (args.format == "auto" and not is_synthetic and is_hetero_input(args.source)):
-        from .hetero.prepare import prepare_hetero
-
-        prepare_hetero(args.source, args.out, format=args.format, add_reverse=args.add_reverse,
-                       feature_dtype=args.feature_dtype, split_ratios=_parse_floats(args.split_ratios, 3,
-                                                                                    "--split-ratios"),
-                       split_seed=args.split_seed, val_share=args.val_share, memory_budget=args.memory_budget,
-                       overwrite=args.overwrite, allow_nonfinite=args.allow_nonfinite, report=True)
-        return
+        return prepare_hetero_args(args, _parse_floats(args.split_ratios, 3, "--split-ratios"))
     prepare(
         args.source, args.out, format=args.format,
         undirected=args.undirected or is_synthetic, self_loops=args.self_loops,

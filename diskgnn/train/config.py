@@ -42,8 +42,13 @@ class TrainConfig:
         "help": "node: classify the split's nodes; link: predict the graph's edges, scored against the held-out "
                 "ones of a dataset prepared with --edge-split (batches of --batch-size train edges, the nodes whose "
                 "representations they need sampled and packed as a node batch's seeds)", "choices": TASKS})
-    model: str = field(default="sage", metadata={"help": "sage | gcn | gat", "choices": MODELS})
-    fanouts: str = field(default="10,5", metadata={"help": "neighbours per layer, seeds' layer first; -1 = all"})
+    model: str = field(default="sage", metadata={
+        "help": "sage | gcn | gat; on a heterogeneous dataset sage (RGraphSAGE, one SAGE per relation) or rgcn "
+                "(R-GCN with --bases)", "choices": MODELS + ("rgcn",)})
+    fanouts: str = field(default="10,5", metadata={
+        "help": "neighbours per layer, seeds' layer first; -1 = all. Heterogeneous: one count per layer for every "
+                "relation, or per relation and layer, layers split by '/': writes=10,cites=5/writes=5 (a relation "
+                "not named is not followed at that layer)"})
     batch_size: int = field(default=1024, metadata={"help": "seeds per batch"})
     hidden: int = field(default=256, metadata={"help": "hidden size"})
     heads: int = field(default=4, metadata={"help": "attention heads (gat)"})
@@ -150,6 +155,14 @@ class TrainConfig:
     embedding_partitions: int = field(default=0, metadata={
         "help": "embeddings, link: MariusGNN's order: the table in P (2-64) partitions, as many as --embedding-cache "
                 "holds in memory at once, each batch's edges, negatives and neighbours among them (0: row by row)"})
+    featureless: str = field(default="learned", metadata={
+        "help": "heterogeneous: node types without features get a learned row each (in memory) or a fixed one "
+                "hashed from the node's id (hashed: no memory)", "choices": ("learned", "hashed")})
+    bases: int = field(default=0, metadata={
+        "help": "rgcn: relation matrices as combinations of this many shared bases (0: one matrix per relation)"})
+    relation_aggr: str = field(default="sum", metadata={
+        "help": "heterogeneous sage: a type's relations' outputs summed (as PyG's to_hetero) or averaged",
+        "choices": ("sum", "mean")})
     summary_json: str | None = field(default=None, metadata={"help": "also write the summary JSON here"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
@@ -183,6 +196,11 @@ class TrainConfig:
     @property
     def evaluation(self) -> Evaluation:
         return Evaluation(self.eval)
+
+    @property
+    def per_relation(self) -> bool:
+        """--fanouts names relations (a heterogeneous dataset's, checked against its schema when it opens)."""
+        return "=" in str(self.fanouts) or "=" in str(self.eval_fanouts or "")
 
     @property
     def fanout_list(self) -> tuple[int, ...]:

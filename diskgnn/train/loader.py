@@ -109,7 +109,7 @@ class Loader:
         sets sampled and packed, the memory tiers filled. Once (a second call does nothing); returns the loader."""
         if self._lock is not None:
             return self
-        self._lock = _hold_workdir(self.workdir)
+        self._lock = hold_workdir(self.workdir)
         save(self.cfg, self.workdir / "config.yaml")
         for line in plan_lines(self.plan) + ([distributed_line(self.cfg, self.group, self.workdir)]
                                              if self.group.active else []) + hag_lines(self.cfg, self.hag.mode):
@@ -360,7 +360,7 @@ class Pass:
         return self.source.disk_bytes() if self.source is not None else 0
 
 
-def _hold_workdir(workdir: Path):
+def hold_workdir(workdir: Path):
     """Creates and locks the workdir for this process (two runs in one workdir would overwrite each other's
     files), then removes the temporary files a killed run left there. Returns the lock's file."""
     try:

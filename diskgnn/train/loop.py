@@ -23,7 +23,9 @@ import torch
 from ..build import __version__, native_info
 from ..data.files import write_atomic
 from ..distributed.group import Group, is_group_failure, join, lost
-from ..errors import DiskgnnError, raise_if_interrupted
+from ..data.format import read_manifest
+from ..data.hetero.format import is_hetero
+from ..errors import DiskgnnError, UsageError, raise_if_interrupted
 from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes, process_age_s
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
@@ -40,6 +42,10 @@ def versions() -> dict:
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
+    if _heterogeneous(cfg):
+        from .hetero.loop import train_hetero
+
+        return train_hetero(cfg)
     group = join(cfg.distributed, cfg.device, cfg.dist_timeout_s)
     finished = False
     try:
@@ -55,6 +61,17 @@ def train(cfg: TrainConfig) -> dict:
     finally:
         if not finished:
             group.close(False)
+
+
+def _heterogeneous(cfg: TrainConfig) -> bool:
+    """Whether --data is a heterogeneous dataset (train/hetero/); options only such a dataset takes are refused
+    on a homogeneous one."""
+    hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
+    if not hetero and cfg.per_relation:
+        raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
+    if not hetero and cfg.model == "rgcn":
+        raise UsageError("--model rgcn: needs a heterogeneous dataset (its relations)")
+    return hetero
 
 
 def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):

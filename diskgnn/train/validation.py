@@ -30,11 +30,12 @@ def validate(cfg) -> None:
         raise UsageError(f"--batch-dependency {cfg.batch_dependency}: must be at least 1")
     if cfg.sampler != "labor" and (cfg.layer_dependency or cfg.batch_dependency > 1):
         raise UsageError("--layer-dependency and --batch-dependency need --sampler labor")
-    fanouts = cfg.fanout_list
-    if any(f == 0 or f < -1 for f in fanouts):
-        raise UsageError(f"--fanouts {cfg.fanouts}: each must be positive or -1 (all neighbours)")
-    if len(cfg.eval_fanout_list) != len(fanouts):
-        raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {len(fanouts)} values, one per layer")
+    if not cfg.per_relation:  # else checked against the heterogeneous dataset's relations as it opens
+        fanouts = cfg.fanout_list
+        if any(f == 0 or f < -1 for f in fanouts):
+            raise UsageError(f"--fanouts {cfg.fanouts}: each must be positive or -1 (all neighbours)")
+        if len(cfg.eval_fanout_list) != len(fanouts):
+            raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {len(fanouts)} values, one per layer")
     for name in ("batch_size", "hidden", "epochs", "heads", "max_batches", "eval_max_batches", "threads",
                  "read_depth"):
         if getattr(cfg, name) is not None and getattr(cfg, name) < 1:

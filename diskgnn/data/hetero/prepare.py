@@ -21,7 +21,27 @@ from ..format import FEATURE_DTYPES, SPLITS
 from ..splits import check_given, ratio_split
 from .format import HeteroBuilder
 from .schema import NodeType, Relation, Schema
-from .sources import open_hetero_source
+from .sources import is_hgb, is_npy_hetero, open_hetero_source
+
+
+def is_hetero_input(source: str) -> bool:
+    return is_hgb(Path(source)) or is_npy_hetero(Path(source))
+
+
+def add_hetero_arguments(p) -> None:
+    h = p.add_argument_group("heterogeneous (--format hgb or npy-hetero, or detected)")
+    h.add_argument("--add-reverse", action="store_true",
+                   help="add each relation's reverse (rev_NAME), so that messages flow both ways")
+    h.add_argument("--val-share", type=float, default=0.2,
+                   help="HGB: the share of label.dat drawn (seeded by --split-seed) for val (default 0.2)")
+
+
+def prepare_hetero_args(args, split_ratios) -> Path:
+    """`python -m diskgnn.prepare` on a heterogeneous input: its parsed flags."""
+    return prepare_hetero(args.source, args.out, format=args.format, add_reverse=args.add_reverse,
+                          feature_dtype=args.feature_dtype, split_ratios=split_ratios, split_seed=args.split_seed,
+                          val_share=args.val_share, memory_budget=args.memory_budget, overwrite=args.overwrite,
+                          allow_nonfinite=args.allow_nonfinite, report=True)
 
 
 def prepare_hetero(source, out, *, format: str = "auto", add_reverse: bool = False, feature_dtype: str | None = None,

@@ -1,0 +1,35 @@
+"""What a heterogeneous run does not do (yet), each refused in one line naming its flag before any work."""
+
+from __future__ import annotations
+
+from ...data.features import RAW_FEATURES
+from ...errors import UsageError
+from ...nn.hetero import HETERO_MODELS
+from ..modes import Distribution, Sampling
+
+
+def refuse(cfg, ds) -> None:
+    """A UsageError for the first option that does not apply to heterogeneous graphs."""
+    if cfg.model not in HETERO_MODELS:
+        raise UsageError(f"--model {cfg.model}: heterogeneous graphs train {' or '.join(HETERO_MODELS)} (RGraphSAGE, "
+                         "R-GCN)")
+    if cfg.task_spec.name != "node":
+        raise UsageError(f"--task {cfg.task}: heterogeneous graphs train node classification only (so far)")
+    if cfg.sampler != "neighbor":
+        raise UsageError(f"--sampler {cfg.sampler}: heterogeneous graphs sample node-wise uniform per relation; "
+                         "LABOR's shared variates are not defined across relations here")
+    if cfg.distribution is not Distribution.NONE:
+        raise UsageError(f"--distributed {cfg.distributed}: heterogeneous graphs train in one process (so far)")
+    if not cfg.hag_mode.off:
+        raise UsageError(f"--hag {cfg.hag}: HAGs share partial sums of one relation's neighbour lists; not built for "
+                         "heterogeneous graphs")
+    if cfg.features != RAW_FEATURES:
+        raise UsageError(f"--features {cfg.features}: quantized rows per node type are not built; heterogeneous graphs "
+                         "train from the stored features")
+    if cfg.sampling_mode is not Sampling.OFFLINE:
+        raise UsageError(f"--sampling {cfg.sampling}: heterogeneous graphs sample offline, an epoch ahead")
+    if cfg.embeddings:
+        raise UsageError("--embeddings: featureless node types of a heterogeneous graph get theirs from --featureless "
+                         "(learned or hashed)")
+    if cfg.bases < 0:
+        raise UsageError(f"--bases {cfg.bases}: must be 0 (a full matrix per relation) or more")

@@ -1,0 +1,226 @@
+"""A training run on a heterogeneous dataset: its checks, its plan, its epochs' sample files and passes, the
+step and the evaluation. The epochs, checkpoints and summary are loop.py's.
+
+The plan splits --memory-budget as the homogeneous one does: the process's base, the model with its optimizer
+state (learned tables of featureless types included), the target type's labels, the working set of the largest
+batch epoch 0 sampled (its raw rows, their float32 copies and the step's activations, times the batches in
+flight), and what is left to the host tier of typed feature rows (half of it, under --host-cache auto), placed
+from epoch 0's reads.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ... import defaults
+from ...data.hetero.format import HeteroDataset, open_hetero
+from ...data.hetero.schema import relation_fanouts
+from ...data.files import guard_io
+from ...errors import DiskgnnError, UsageError
+from ...loading.hetero import hetero_pass
+from ...nn.hetero import HeteroGNN, class_counts, f1_scores
+from ...offline.hetero_sample import HeteroGraph, HeteroSampleFile, sample_hetero_epoch
+from ...store.typed import TypedFeatures
+from ...units import format_size, parse_size
+from ..loader import hold_workdir
+from ..options import save
+from ..tasks.base import EVAL_EPOCH
+from .checks import refuse
+
+
+def _hop_text(schema, hop) -> str:
+    if len(set(hop)) == 1:
+        return f"{hop[0]} per relation"
+    return ",".join(f"{r.name}={f}" for r, f in zip(schema.relations, hop) if f)
+
+
+class HeteroRun:
+    """One run: `open()` locks the workdir, samples epoch 0, makes the plan and fills the host tier."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.ds: HeteroDataset = open_hetero(cfg.data)
+        self.schema = schema = self.ds.schema
+        refuse(cfg, self.ds)
+        self.fanouts = relation_fanouts(cfg.fanouts, schema)
+        layers = len(self.fanouts)
+        self.eval_fanouts = ([[-1] * len(schema.relations)] * layers if cfg.evaluation.full else
+                             relation_fanouts(cfg.eval_fanouts or cfg.fanouts, schema, "--eval-fanouts"))
+        if len(self.eval_fanouts) != layers:
+            raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {layers} layers, as --fanouts has")
+        self.device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and
+                                                                         torch.cuda.is_available()) else "cpu")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise DiskgnnError("--device cuda: no CUDA device is visible to torch")
+        asked = cfg.precision_asked
+        self.bf16 = (asked.bf16 if asked is not None else
+                     (torch.cuda.is_bf16_supported() if self.device.type == "cuda"
+                      else torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+        self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
+        self.labels = np.asarray(self.ds.labels)
+        self.graph = HeteroGraph(self.ds)
+        self.features = TypedFeatures(self.ds, cfg.backend)
+        self.budget = parse_size(cfg.memory_budget, "--memory-budget")
+        self.threads = cfg.threads or None
+        self._lock, self._next = None, None
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="diskgnn-hetero-epochs")
+        self.plan: dict = {}
+        self._eval_files: dict[str, HeteroSampleFile] = {}  # sampled once, on first use
+
+    def say(self, line: str) -> None:
+        print(line, flush=True)
+
+    def model(self) -> HeteroGNN:
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        out = self.schema.num_classes
+        return HeteroGNN(self.schema, cfg.model, cfg.hidden, out, len(self.fanouts), cfg.dropout,
+                         featureless=cfg.featureless, bases=cfg.bases, relation_aggr=cfg.relation_aggr).to(self.device)
+
+    # -- the data --------------------------------------------------------------------------------------------
+
+    def open(self, model: HeteroGNN) -> "HeteroRun":
+        cfg = self.cfg
+        self._lock = hold_workdir(self.workdir)
+        save(cfg, self.workdir / "config.yaml")
+        s = self.schema
+        self.say(f"plan: heterogeneous {self.ds.path.name}: " + ", ".join(
+            f"{t.name} {t.count:,}" + (f" ({t.feature_dim}-d)" if t.feature_dim else f" ({cfg.featureless})")
+            for t in s.types) + f"; {len(s.relations)} relations, {self.ds.num_edges:,} edges; target {s.target}, "
+            f"{s.num_classes} classes{' (multi-label)' if s.multilabel else ''}; {cfg.model} x {len(self.fanouts)} "
+            f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
+        start = time.perf_counter()
+        epoch0 = self.epoch_file(0)
+        self.sample_s = time.perf_counter() - start
+        self._plan(model, epoch0)
+        return self
+
+    def _plan(self, model: HeteroGNN, epoch0: HeteroSampleFile) -> None:
+        cfg, s = self.cfg, self.schema
+        base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device.type == "cuda" else 0)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
+        counts = {t.name: np.zeros(t.count, np.int64) for t in s.types if t.feature_dim}
+        largest = 0
+        for b in range(len(epoch0)):
+            batch = epoch0[b]
+            batch_bytes = 0
+            for t, ty in enumerate(s.types):
+                ids = batch.nodes[t]
+                if ty.name in counts:
+                    np.add.at(counts[ty.name], ids, 1)
+                    batch_bytes += ids.size * (ty.row_bytes + 4 * ty.feature_dim)
+                batch_bytes += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their grads
+            batch_bytes += sum(int(blk.indices.size) * 40 for hop in batch.blocks for blk in hop)
+            largest = max(largest, batch_bytes)
+        working = largest * (defaults.READ_DEPTH + 2)
+        left = self.budget - base - model_bytes - self.labels.nbytes - working
+        if left < 0:
+            raise DiskgnnError(f"--memory-budget {cfg.memory_budget}: the run needs about "
+                               f"{format_size(self.budget - left)} (base {format_size(base)}, model and optimizer "
+                               f"{format_size(model_bytes)}, working set {format_size(working)} for "
+                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest): raise it, or lower "
+                               "--batch-size or --fanouts")
+        tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
+        placed = self.features.place(counts, tier)
+        reads = {name: int(c.sum()) for name, c in counts.items()}
+        hits = {name: int(np.sort(c)[::-1][:placed.get(name, 0)].sum()) for name, c in counts.items()}
+        self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
+                     "working_set_bytes": working, "host_tier_bytes": self.features.held_bytes(),
+                     "host_tier_rows": placed, "expected_hit_rate": {n: hits[n] / max(1, reads[n]) for n in reads},
+                     "backend": self.features.backend_name}
+        self.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and optimizer "
+                 f"{format_size(model_bytes)}, working set {format_size(working)}, host tier "
+                 f"{format_size(self.features.held_bytes())} ("
+                 + ", ".join(f"{n} {placed.get(n, 0):,} rows, {hits[n] / max(1, reads[n]):.0%} of epoch 0's reads"
+                             for n in reads) + f"); reader {self.features.backend_name}")
+
+    def epoch_file(self, epoch: int) -> HeteroSampleFile:
+        """Epoch `epoch`'s samples: made in the background while the one before trained, else now."""
+        if self._next is not None and self._next[0] == epoch:
+            done = self._next[1].result()
+            self._next = None
+            return done
+        return self._sample(epoch)
+
+    def _sample(self, epoch: int) -> HeteroSampleFile:
+        path = self.workdir / "epochs" / f"epoch-{epoch:05d}.samples"
+        guard_io(path.parent, lambda: path.parent.mkdir(parents=True, exist_ok=True))
+        return sample_hetero_epoch(self.ds, self.graph, path, fanouts=self.fanouts, batch_size=self.cfg.batch_size,
+                                   seed=self.cfg.seed, epoch=epoch, threads=self.threads,
+                                   max_batches=self.cfg.max_batches)
+
+    def prepare_next(self, epoch: int) -> None:
+        if epoch < self.cfg.epochs and self._next is None:
+            self._next = (epoch, self._pool.submit(self._sample, epoch))
+
+    def finished(self, epoch: int) -> None:
+        (self.workdir / "epochs" / f"epoch-{epoch:05d}.samples").unlink(missing_ok=True)
+        (self.workdir / "epochs" / f"epoch-{epoch:05d}.json").unlink(missing_ok=True)
+
+    def passes(self, samples: HeteroSampleFile, fanouts, start: int = 0):
+        return hetero_pass(samples, self.features, self.labels, fanouts, multilabel=self.schema.multilabel,
+                           device=self.device, start=start)
+
+    def eval_file(self, split: str) -> HeteroSampleFile:
+        path = self.workdir / "eval" / f"{split}.samples"
+        guard_io(path.parent, lambda: path.parent.mkdir(parents=True, exist_ok=True))
+        ids = np.asarray(self.ds.split(split))
+        return sample_hetero_epoch(self.ds, self.graph, path, fanouts=self.eval_fanouts,
+                                   batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=EVAL_EPOCH[split],
+                                   seeds=ids, threads=self.threads, max_batches=self.cfg.eval_max_batches)
+
+    # -- the model's side ------------------------------------------------------------------------------------
+
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+
+    def loss(self, model: HeteroGNN, mb) -> torch.Tensor:
+        with self.autocast():
+            out = model(mb.hops, mb.x, mb.nodes)
+        if self.schema.multilabel:
+            return F.binary_cross_entropy_with_logits(out.float(), mb.labels)
+        return F.cross_entropy(out.float(), mb.labels)
+
+    @property
+    def metric(self) -> str:
+        return "micro_f1" if self.schema.multilabel else "acc"
+
+    @torch.no_grad()
+    def evaluate(self, model: HeteroGNN, split: str) -> dict:
+        """{acc or micro_f1, macro_f1, micro_f1} over the split (sampled with --eval-fanouts, or every neighbour
+        under --eval full); empty where the split is or evaluation is off."""
+        if self.cfg.evaluation.off or self.ds.split(split).size == 0:
+            return {}
+        model.eval()
+        c = self.schema.num_classes
+        tp, fp, fn = np.zeros(c, np.int64), np.zeros(c, np.int64), np.zeros(c, np.int64)
+        correct = total = 0
+        for mb in self.passes(self._eval_files.setdefault(split, self.eval_file(split)), self.eval_fanouts):
+            with self.autocast():
+                out = model(mb.hops, mb.x, mb.nodes).float()
+            counts = class_counts(out, mb.labels, self.schema.multilabel, c)
+            tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
+            if not self.schema.multilabel:
+                correct += int((out.argmax(1) == mb.labels).sum())
+            total += mb.num_seeds
+        micro, macro = f1_scores(tp, fp, fn)
+        scores = {"micro_f1": micro, "macro_f1": macro, "seeds": total}
+        if not self.schema.multilabel:
+            scores["acc"] = correct / max(1, total)
+        return scores
+
+    def close(self) -> None:
+        if self._next is not None:
+            self._next[1].result()
+        self._pool.shutdown()
+        self.features.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None

@@ -1,0 +1,194 @@
+"""Training on heterogeneous graphs: the models against PyG and a dense oracle, the typed feature store against
+numpy, the trainer end to end (learning, multi-label, bf16, R-GCN, hashed rows, resume after kill -9), and what
+it refuses."""
+
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import kill_once_checkpointed, run_module, small_hetero, write_hetero_npy
+
+
+@pytest.fixture(scope="module")
+def hds(tmp_path_factory):
+    return small_hetero(tmp_path_factory.mktemp("ht"), learnable=True)
+
+
+def whole_graph_batch(ds):
+    """Every paper as a seed, every neighbour over two hops: one batch that is the whole graph's forward."""
+    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.loading.blocks import TensorBlock
+    from diskgnn.offline.hetero_sample import HeteroGraph
+
+    g = HeteroGraph(ds)
+    seeds = np.arange(ds.schema.type("paper").count)
+    b = g.sample_batch(seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0)
+    hops = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.blocks]
+    nodes = {t.name: b.nodes[i] for i, t in enumerate(ds.schema.types)}
+    x = {t.name: torch.from_numpy(np.array(ds.features(t.name))[nodes[t.name]]) for t in ds.schema.types
+         if t.feature_dim}
+    return hops, x, nodes
+
+
+def test_sage_equals_pyg_to_hetero(hds):
+    pytest.importorskip("torch_geometric", reason="the PyG oracle needs torch_geometric (the test extra)")
+    from torch_geometric.data import HeteroData
+    from torch_geometric.nn import SAGEConv, to_hetero
+
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.nn.hetero import HeteroGNN
+
+    ds = open_hetero(hds)
+    s = ds.schema
+    torch.manual_seed(0)
+    ours = HeteroGNN(s, "sage", 8, 3, 2, 0.5).eval()
+    data = HeteroData()
+    for t in s.types:
+        data[t.name].x = (torch.from_numpy(np.array(ds.features(t.name))) if t.feature_dim
+                          else ours.embeddings[t.name].weight.detach())
+    for i, r in enumerate(s.relations):
+        indptr, indices = ds.csc(i)
+        dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+        data[r.src, r.name, r.dst].edge_index = torch.from_numpy(np.stack([np.asarray(indices, np.int64), dst]))
+
+    class Two(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = SAGEConv((-1, -1), 8), SAGEConv((-1, -1), 3)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    ref = to_hetero(Two(), data.metadata(), aggr="sum")
+    with torch.no_grad():
+        ref(data.x_dict, data.edge_index_dict)  # sizes the lazy layers
+        for li, conv in enumerate(("c1", "c2")):
+            for ri, r in enumerate(s.relations):
+                mod = getattr(ref, conv)["__".join(r.key)]
+                mod.lin_l.weight.copy_(ours.layers[li].neigh[ri].weight)
+                mod.lin_l.bias.copy_(ours.layers[li].neigh[ri].bias)
+                mod.lin_r.weight.copy_(ours.layers[li].root[ri].weight)
+        want = ref(data.x_dict, data.edge_index_dict)["paper"]
+        got = ours(*whole_graph_batch(ds))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_rgcn_equals_dense_oracle(hds):
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.nn.hetero import HeteroGNN
+
+    ds = open_hetero(hds)
+    s = ds.schema
+    torch.manual_seed(1)
+    model = HeteroGNN(s, "rgcn", 8, 3, 2, 0.5, bases=2).eval()
+    with torch.no_grad():
+        h = {}
+        for t in s.types:  # inputs projected to the hidden width
+            x = torch.from_numpy(np.array(ds.features(t.name))) if t.feature_dim else model.embeddings[t.name].weight
+            h[t.name] = model.project[t.name](x) if t.feature_dim else x
+        for li, layer in enumerate(model.layers):
+            w = torch.einsum("rb,bio->rio", layer.coeff, layer.bases)
+            out = {}
+            for ri, r in enumerate(s.relations):
+                indptr, indices = ds.csc(ri)
+                a = torch.zeros(s.type(r.dst).count, s.type(r.src).count)
+                dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+                a[dst, np.asarray(indices, np.int64)] = 1
+                mean = (a / a.sum(1, keepdim=True).clamp(min=1)) @ h[r.src]
+                out[r.dst] = out.get(r.dst, 0) + mean @ w[ri]
+            h = {t: v + layer.root(h[t]) for t, v in out.items()}
+            if li == 0:
+                h = {t: v.relu() for t, v in h.items()}
+        got = model(*whole_graph_batch(ds))
+    torch.testing.assert_close(got, h["paper"], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("budget_rows", [0, 2, 10**6])
+def test_typed_features_match_numpy(tmp_path, budget_rows):
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.hetero.prepare import prepare_hetero
+    from diskgnn.store.typed import TypedFeatures
+
+    src = write_hetero_npy(tmp_path / "src", {"w": 199, "o": 1, "n": 3}, {"w": 4097, "o": 1},
+                           {("o", "to", "w"): [[0, 5]], ("n", "in", "w"): [[2, 198]]}, "w", np.zeros(199, int))
+    ds = open_hetero(prepare_hetero(src, tmp_path / "ds"))
+    f = TypedFeatures(ds)
+    counts = {"w": np.bincount([3, 3, 3, 7, 198], minlength=199), "o": np.ones(1, np.int64)}
+    f.place(counts, budget_rows * (4097 * 4 + 8))
+    for name, ids in (("w", np.array([198, 3, 3, 0, 7, 100])), ("o", np.array([0, 0])), ("w", np.array([], int))):
+        want = np.load(src / "nodes" / name / "features.npy")[ids]
+        np.testing.assert_array_equal(f.gather(name, ids).numpy(), want)
+    # 2 rows: o's one row is densest, then w's row 3 (read 3 times); the next w row does not fit
+    assert f.stats["w"].hits == {0: 0, 2: 2, 10**6: 4}[budget_rows]
+    f.close()
+
+
+def train(data, workdir, *extra):
+    proc = run_module("diskgnn.train", "--data", data, "--workdir", workdir, "--no-progress", "--hidden", "16",
+                      "--batch-size", "23", "--memory-budget", "1GiB", *extra)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    return json.loads((workdir / "summary.json").read_text()), proc.stdout
+
+
+def test_trains_and_learns(hds, tmp_path):
+    summary, out = train(hds, tmp_path / "w", "--epochs", "10", "--lr", "0.005", "--fanouts", "cites=5,writes=3,tags=2/4")
+    assert summary["heterogeneous"] and summary["test_acc"] > 0.6, out  # 3 classes: chance is a third
+    assert "plan: heterogeneous" in out and "reader " in out
+    assert summary["features"]["paper"]["rows"] > 0
+    summary, _ = train(hds, tmp_path / "r", "--epochs", "2", "--model", "rgcn", "--bases", "2", "--featureless",
+                       "hashed", "--precision", "bf16", "--eval", "full")
+    assert summary["precision"] == "bf16" and 0 <= summary["test_acc"] <= 1
+
+
+def test_multilabel(tmp_path):
+    rng = np.random.default_rng(0)
+    labels = (rng.random((60, 4)) < 0.4).astype(np.int64)
+    labels[:5] = -1
+    x = rng.standard_normal((60, 6)).astype(np.float32)
+    src = write_hetero_npy(tmp_path / "src", {"m": 60, "k": 9}, {"m": 6}, {("k", "of", "m"): rng.integers(0, 9, (200, 2))
+                                                                          % [9, 60]}, "m", labels)
+    np.save(src / "nodes" / "m" / "features.npy", x + labels.clip(0).repeat(2, 1)[:, :6])
+    from diskgnn.data.hetero.prepare import prepare_hetero
+
+    data = prepare_hetero(src, tmp_path / "ds", add_reverse=True, split_ratios=(0.6, 0.2, 0.2))
+    summary, out = train(data, tmp_path / "w", "--epochs", "3", "--fanouts", "4,4")
+    assert {"val_micro_f1", "test_micro_f1", "test_macro_f1"} <= set(summary) and "val micro_f1" in out
+
+
+def test_resume_after_kill_is_exact(hds, tmp_path):
+    args = ["--data", hds, "--no-progress", "--hidden", "16", "--batch-size", "7", "--epochs", "2",
+            "--checkpoint-every", "3", "--memory-budget", "1GiB"]
+    whole, _ = train(hds, tmp_path / "a", *args[2:])
+    work = tmp_path / "b"
+    argv = [sys.executable, "-m", "diskgnn.train", *map(str, args), "--workdir", str(work)]
+    at, proc = kill_once_checkpointed(argv, work, batches_per_epoch=15, target=17)
+    assert at is not None and proc.returncode == -9, "the run ended before it could be killed"
+    resumed, out = train(hds, work, *args[2:], "--resume")
+    assert resumed["resumed"] and "training goes on at epoch 1" in out
+    assert resumed["train_loss"] == whole["train_loss"] and resumed["test_acc"] == whole["test_acc"]
+
+
+@pytest.mark.parametrize("flags,match", [
+    (["--sampler", "labor"], "--sampler labor: heterogeneous graphs sample"),
+    (["--hag", "on"], "--hag on: HAGs"),
+    (["--model", "gat"], "--model gat: heterogeneous graphs train sage or rgcn"),
+    (["--features", "sq8"], "--features sq8: quantized rows per node type"),
+    (["--fanouts", "nope=3"], "--fanouts: 'nope' is not a relation of this graph"),
+    (["--memory-budget", "300MiB"], "--memory-budget 300MiB: the run needs about"),
+])
+def test_refusals_are_one_line(hds, tmp_path, flags, match):
+    proc = run_module("diskgnn.train", "--data", hds, "--workdir", tmp_path / "w", "--no-progress", *flags)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and match in lines[0], proc.stderr
+
+
+def test_homogeneous_refuses_hetero_options(train_data, tmp_path):
+    for flags, match in ((["--fanouts", "a=1"], "counts per relation need a heterogeneous dataset"),
+                         (["--model", "rgcn"], "--model rgcn: needs a heterogeneous dataset")):
+        proc = run_module("diskgnn.train", "--data", train_data, "--workdir", tmp_path / "w", *flags)
+        assert proc.returncode == 2 and match in proc.stderr, proc.stderr
+
