@@ -8,6 +8,7 @@
     python -m bench.accuracy --study precision [--datasets ...,synthetic]
     python -m bench.accuracy --study cooperative [--datasets amazon_computers,coauthor_cs] [--seeds 10]
     python -m bench.accuracy --study link [--datasets cora,...] [--seeds 5]
+    python -m bench.accuracy --study hetero [--datasets acm,imdb] [--seeds 5]
     python -m bench.accuracy [--study quantized|sampler|precision|cooperative] --smoke  # Cora, 1 seed, 3 epochs
 
 The studies are described in bench/accuracy/__init__.py; this module checks the options and runs one.
@@ -30,6 +31,7 @@ from .quantized import QUANT_DATASETS, QUANT_FEATURES, QUANT_SEEDS, quantized_st
 from .quantized_report import publish
 from .cooperative import DATASETS as COOP_DATASETS, SEEDS as COOP_SEEDS, cooperative_study
 from .datasets import DATASETS, SHARED, SYNTHETIC
+from .hetero_study import DATASETS as HETERO_DATASETS, hetero_study
 from .link_study import link_study
 from .reference_study import reference_study
 from .runs import HOST_CACHE_FRACTION, MODEL
@@ -38,13 +40,15 @@ from .settings import PRECISION_SETTINGS, SAMPLER_DATASETS, SAMPLER_SETTINGS, SE
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(prog="python -m bench.accuracy", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision", "cooperative", "link"),
+    ap.add_argument("--study", choices=("reference", "quantized", "sampler", "precision", "cooperative", "link",
+                                        "hetero"),
                     default="reference",
                     help="reference: diskgnn.train against the in-memory reference; quantized: fp32 against "
                          "each quantized variant (issue 7); sampler: neighbour sampling against LABOR and "
                          "dependent minibatches (issue 22); precision: bf16 against fp32 (issue 25); cooperative: "
                          "2 cooperative ranks against one process (issue 38); link: --task link against PyG's "
-                         "in-memory link prediction (issue 39)")
+                         "in-memory link prediction (issue 39); hetero: heterogeneous graphs (HGB ACM, IMDB) against PyG's "
+                         "to_hetero in memory (issue 50)")
     ap.add_argument("--settings",
                     help="sampler and precision studies: settings to run, separated by ';' (default all; the "
                          "baseline, neighbor or fp32, is added when missing), from: " + "; ".join(SAMPLER_SETTINGS)
@@ -78,7 +82,9 @@ def main(argv=None) -> dict:
                                                          "quantized study with fp32, sq16 and sq1")
     args = ap.parse_args(argv)
     quantized, sampler, coop = args.study == "quantized", args.study in SETTINGS_STUDIES, args.study == "cooperative"
-    link = args.study == "link"
+    link, hetero = args.study == "link", args.study == "hetero"
+    if hetero:
+        return hetero_cli(args, argv)
     if args.smoke:
         args.datasets, args.seeds, args.epochs = "cora", 1, args.epochs or 3
         if quantized:
@@ -139,6 +145,24 @@ def main(argv=None) -> dict:
     if bad:
         raise SystemExit(f"bench.accuracy: {len(bad)} run(s) without a test accuracy in [0, 1], e.g. {bad[0]}")
     return result
+
+
+def hetero_cli(args, argv) -> dict:
+    if args.smoke:
+        args.datasets, args.seeds = "acm", 1
+    names = (args.datasets or ",".join(HETERO_DATASETS)).split(",")
+    if set(names) - set(HETERO_DATASETS) or args.models is not None or args.epochs is not None:
+        raise SystemExit(f"bench.accuracy: --study hetero takes --datasets from {', '.join(HETERO_DATASETS)} and "
+                         "--seeds (its epochs and model are the study's)")
+    args.seeds = args.seeds or 5
+    out = Path(args.out or RESULTS / f"accuracy-hetero{'-smoke' if args.smoke else ''}.json")
+    md = Path(args.markdown) if args.markdown else (out.with_suffix(".md") if args.smoke else
+                                                     REPO / "docs" / "accuracy.md")
+    work = Path(args.workdir)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    info = machine_info(work)
+    print(f"machine: {info['summary']}")
+    return hetero_study(args, names, work, out, md, info, command_line("bench.accuracy", argv))
 
 
 def feature_list(text: str) -> list[str]:

@@ -242,3 +242,24 @@ def test_link_accuracy_bench_smoke(tmp_path):
     row = result["aggregate"][0]
     assert row["dataset"] == "cora" and row["mrr"]["seeds"] == 1
     assert MARKERS[0] in text and "| cora | 3 | 1 | MRR |" in text and "| cora | 3 | 1 | AUC |" in text
+
+
+def test_hetero_study_smoke(tmp_path):
+    """The hetero study at a tiny size (HGB ACM, 1 seed, 2 epochs each): both systems run, the table pairs them,
+    the markdown section is written between its markers."""
+    shared_dataset("hgb_acm")
+    from bench.accuracy.cli import main
+    from bench.accuracy.hetero_study import MARKERS
+
+    out, md = tmp_path / "hetero.json", tmp_path / "accuracy.md"
+    md.write_text("# Accuracy\n\nA note.\n")
+    main(["--study", "hetero", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown",
+          str(md)])
+    saved = json.loads(out.read_text())
+    assert {(r["dataset"], r["system"]) for r in saved["runs"]} == {("acm", "reference"), ("acm", "diskgnn")}
+    for r in saved["runs"]:
+        assert r["metric"] == "acc" and 0 <= r["test"] <= 1 and 0 <= r["best_epoch"] < 2, r
+    row = saved["aggregate"][0]
+    assert row["test"]["delta"] == pytest.approx(100 * (row["test"]["diskgnn"]["mean"] - row["test"]["reference"]["mean"]))
+    text = md.read_text()
+    assert text.startswith("# Accuracy\n\nA note.\n") and MARKERS[0] in text and "| acm | 1 | acc |" in text
