@@ -8,7 +8,7 @@
     python -m bench.accuracy --study precision [--datasets ...,synthetic]
     python -m bench.accuracy --study cooperative [--datasets amazon_computers,coauthor_cs] [--seeds 10]
     python -m bench.accuracy --study link [--datasets cora,...] [--seeds 5]
-    python -m bench.accuracy --study hetero [--datasets acm,imdb] [--seeds 5]
+    python -m bench.accuracy --study hetero [--datasets acm,imdb] [--seeds 5] [--settings reference,diskgnn,seam]
     python -m bench.accuracy [--study quantized|sampler|precision|cooperative] --smoke  # Cora, 1 seed, 3 epochs
 
 The studies are described in bench/accuracy/__init__.py; this module checks the options and runs one.
@@ -31,7 +31,7 @@ from .quantized import QUANT_DATASETS, QUANT_FEATURES, QUANT_SEEDS, quantized_st
 from .quantized_report import publish
 from .cooperative import DATASETS as COOP_DATASETS, SEEDS as COOP_SEEDS, cooperative_study
 from .datasets import DATASETS, SHARED, SYNTHETIC
-from .hetero_study import DATASETS as HETERO_DATASETS, hetero_study
+from .hetero_study import DATASETS as HETERO_DATASETS, SYSTEMS as HETERO_SYSTEMS, hetero_study
 from .link_study import link_study
 from .reference_study import reference_study
 from .runs import HOST_CACHE_FRACTION, MODEL
@@ -162,7 +162,13 @@ def hetero_cli(args, argv) -> dict:
     (work / "logs").mkdir(parents=True, exist_ok=True)
     info = machine_info(work)
     print(f"machine: {info['summary']}")
-    return hetero_study(args, names, work, out, md, info, command_line("bench.accuracy", argv))
+    systems = (args.settings or ",".join(HETERO_SYSTEMS)).replace(";", ",").split(",")
+    if set(systems) - set(HETERO_SYSTEMS):
+        raise SystemExit(f"bench.accuracy: --settings for --study hetero: systems from {', '.join(HETERO_SYSTEMS)}")
+    if "reference" not in systems and not args.keep_others:
+        raise SystemExit("bench.accuracy: --study hetero pairs each system with the reference: run it too, or keep "
+                         "the saved one with --keep-others")
+    return hetero_study(args, names, systems, work, out, md, info, command_line("bench.accuracy", argv))
 
 
 def feature_list(text: str) -> list[str]:

@@ -84,22 +84,24 @@ class HeteroGraph:
         self.dst_types = [schema.type_index(r.dst) for r in schema.relations]
         self.target = schema.type_index(schema.target)
 
-    def sample(self, groups: list[np.ndarray], keys: list[int], fanouts, seed: int, threads: int) -> list[bytes]:
+    def sample(self, groups: list[np.ndarray], keys: list[int], fanouts, seed: int, threads: int,
+               target: int | None = None) -> list[bytes]:
+        """Records of batches of seeds of type `target` (an index; default the dataset's target type)."""
         from .. import _native
 
         flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
         bounds = np.r_[0, np.cumsum([len(g) for g in groups])].astype(np.int64).tolist()
         return _native.sample_hetero_batches(self.views, self.src_types, self.dst_types, len(self.schema.types),
-                                             self.target, flat, bounds, keys, [list(f) for f in fanouts], seed,
-                                             threads)
+                                             self.target if target is None else target, flat, bounds, keys,
+                                             [list(f) for f in fanouts], seed, threads)
 
     def parse(self, rec, index: int) -> HeteroBatch:
         return parse_hetero_record(rec, index, self.src_types, self.dst_types)
 
-    def sample_batch(self, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int = 1,
-                     index: int = 0) -> HeteroBatch:
+    def sample_batch(self, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int = 1, index: int = 0,
+                     target: int | None = None) -> HeteroBatch:
         """One batch sampled now, identical to the record sample_hetero_epoch writes under the same key."""
-        return self.parse(self.sample([np.asarray(seeds, np.int64)], [key], fanouts, seed, threads)[0], index)
+        return self.parse(self.sample([np.asarray(seeds, np.int64)], [key], fanouts, seed, threads, target)[0], index)
 
 
 class HeteroSampleFile(RecordFile):

@@ -245,8 +245,8 @@ def test_link_accuracy_bench_smoke(tmp_path):
 
 
 def test_hetero_study_smoke(tmp_path):
-    """The hetero study at a tiny size (HGB ACM, 1 seed, 2 epochs each): both systems run, the table pairs them,
-    the markdown section is written between its markers."""
+    """The hetero study at a tiny size (HGB ACM, 1 seed, 1 epoch each): the three systems run, the table pairs
+    diskgnn and the seam with the reference, the markdown section is written between its markers."""
     shared_dataset("hgb_acm")
     from bench.accuracy.cli import main
     from bench.accuracy.hetero_study import MARKERS
@@ -256,10 +256,14 @@ def test_hetero_study_smoke(tmp_path):
     main(["--study", "hetero", "--smoke", "--workdir", str(tmp_path / "work"), "--out", str(out), "--markdown",
           str(md)])
     saved = json.loads(out.read_text())
-    assert {(r["dataset"], r["system"]) for r in saved["runs"]} == {("acm", "reference"), ("acm", "diskgnn")}
+    assert {(r["dataset"], r["system"]) for r in saved["runs"]} == {("acm", s) for s in ("reference", "diskgnn",
+                                                                                       "seam")}
     for r in saved["runs"]:
-        assert r["metric"] == "acc" and 0 <= r["test"] <= 1 and 0 <= r["best_epoch"] < 2, r
-    row = saved["aggregate"][0]
-    assert row["test"]["delta"] == pytest.approx(100 * (row["test"]["diskgnn"]["mean"] - row["test"]["reference"]["mean"]))
+        assert r["metric"] == "acc" and 0 <= r["test"] <= 1 and r["best_epoch"] == 0, r
+    rows = {(a["system"], a["metric"]): a for a in saved["aggregate"]}
+    assert set(rows) == {(s, m) for s in ("diskgnn", "seam") for m in ("acc", "macro_f1")}
+    for a in rows.values():
+        assert a["delta"] == pytest.approx(100 * (a["value"]["mean"] - a["reference"]["mean"]))
     text = md.read_text()
-    assert text.startswith("# Accuracy\n\nA note.\n") and MARKERS[0] in text and "| acm | 1 | acc |" in text
+    assert text.startswith("# Accuracy\n\nA note.\n") and MARKERS[0] in text
+    assert "| acm | diskgnn.train, out of core | 1 | acc |" in text and "| acm | PyG's loop through" in text

@@ -1,0 +1,93 @@
+"""The PyG seam on a heterogeneous dataset: NodeLoader over HeteroFeatureStore, HeteroGraphStore and
+HeteroSampler gives HeteroData whose rows, labels and edges are the dataset's, and PyG's to_hetero trains on it."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import small_hetero
+
+pytest.importorskip("torch_geometric", reason="the PyG seam needs torch_geometric (the pyg extra)")
+
+
+@pytest.fixture(scope="module")
+def hds(tmp_path_factory):
+    return small_hetero(tmp_path_factory.mktemp("pyg-h"), learnable=True)
+
+
+def loader(data, ids, fanouts, batch_size, shuffle=False, cache="0"):
+    from torch_geometric.loader import NodeLoader
+
+    from diskgnn.pyg import HeteroFeatureStore, HeteroGraphStore, HeteroSampler
+
+    fs, gs = HeteroFeatureStore(data, cache=cache), HeteroGraphStore(data)
+    return NodeLoader((fs, gs), node_sampler=HeteroSampler(data, fanouts=fanouts),
+                      input_nodes=("paper", torch.as_tensor(np.array(ids))), batch_size=batch_size, shuffle=shuffle)
+
+
+@pytest.mark.parametrize("cache", ["0", "1MiB"])
+def test_batches_are_the_datasets(hds, cache):
+    from diskgnn.data.hetero.format import open_hetero
+
+    ds = open_hetero(hds)
+    ids = np.asarray(ds.split("train"))
+    seen = 0
+    for data in loader(hds, ids, [3, 2], 17, cache=cache):
+        n_id = data["paper"].n_id.numpy()
+        bs = data["paper"].batch_size
+        assert np.array_equal(n_id[:bs], ids[seen:seen + bs])
+        seen += bs
+        np.testing.assert_array_equal(data["paper"].x.numpy(), np.asarray(ds.features("paper"))[n_id])
+        np.testing.assert_array_equal(data["term"].x.numpy(), np.asarray(ds.features("term"))[data["term"].n_id])
+        np.testing.assert_array_equal(data["paper"].y.numpy(), np.asarray(ds.labels)[n_id])
+        for i, r in enumerate(ds.schema.relations):  # every sampled edge is one of the relation's
+            ei = data[r.key].edge_index.numpy()
+            src, dst = data[r.src].n_id.numpy()[ei[0]], data[r.dst].n_id.numpy()[ei[1]]
+            indptr, indices = ds.csc(i)
+            for u, v in zip(src, dst):
+                assert u in indices[indptr[v]:indptr[v + 1]]
+    assert seen == ids.size
+
+
+def test_to_hetero_trains_through_the_seam(hds):
+    from torch_geometric.nn import SAGEConv, to_hetero
+
+    from diskgnn.data.hetero.format import open_hetero
+
+    ds = open_hetero(hds)
+    s = ds.schema
+    torch.manual_seed(0)
+
+    class Sage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = SAGEConv((-1, -1), 16), SAGEConv((-1, -1), 3)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.c1(x, edge_index).relu(), edge_index)
+
+    first = next(iter(loader(hds, ds.split("train"), [4, 4], 32)))
+    authors = torch.nn.Embedding(s.type("author").count, 16)
+
+    def inputs(data):
+        return {"paper": data["paper"].x, "term": data["term"].x, "author": authors(data["author"].n_id)}
+
+    model = to_hetero(Sage(), first.metadata(), aggr="sum")
+    with torch.no_grad():
+        model(inputs(first), first.edge_index_dict)
+    opt = torch.optim.Adam([*model.parameters(), *authors.parameters()], lr=0.005)
+    for _ in range(10):
+        for data in loader(hds, ds.split("train"), [4, 4], 32, shuffle=True):
+            opt.zero_grad()
+            bs = data["paper"].batch_size
+            F.cross_entropy(model(inputs(data), data.edge_index_dict)["paper"][:bs], data["paper"].y[:bs]).backward()
+            opt.step()
+    correct = total = 0
+    with torch.no_grad():
+        for data in loader(hds, ds.split("test"), [-1, -1], 64):
+            bs = data["paper"].batch_size
+            pred = model(inputs(data), data.edge_index_dict)["paper"][:bs].argmax(1)
+            correct += int((pred == data["paper"].y[:bs]).sum())
+            total += bs
+    assert correct / total > 0.6  # 3 classes
