@@ -379,7 +379,8 @@ def main(argv=None) -> None:
     if args.split_per_class:
         per_class = tuple(int(x) for x in _parse_floats(args.split_per_class, 2, "--split-per-class"))
     is_synthetic = args.source == "synthetic" or args.format == "synthetic"
-    if args.format in HETERO_FORMATS or (args.format == "auto" and not is_synthetic and is_hetero_input(args.source)):
+    if args.format in HETERO_FORMATS or (args.format == "auto" and not is_synthetic and is_hetero_input(args.source)) \
+            or (is_synthetic and args.schema == "mag"):
         return prepare_hetero_args(args, _parse_floats(args.split_ratios, 3, "--split-ratios"))
     prepare(
         args.source, args.out, format=args.format,

@@ -34,11 +34,32 @@ def add_hetero_arguments(p) -> None:
                    help="add each relation's reverse (rev_NAME), so that messages flow both ways")
     h.add_argument("--val-share", type=float, default=0.2,
                    help="HGB: the share of label.dat drawn (seeded by --split-seed) for val (default 0.2)")
+    m = p.add_argument_group("synthetic --schema mag (a MAG240M-shaped heterogeneous graph, data/hetero/mag.py; "
+                             "--nodes papers, --feat-dim and --avg-degree of their features and citations)")
+    m.add_argument("--schema", choices=("homogeneous", "mag"), default="homogeneous")
+    m.add_argument("--authors-per-paper", type=float, default=1.0, help="authors per paper (default 1.0)")
+    m.add_argument("--writers", type=float, default=3.2, help="mean authors of a paper (default 3.2)")
+    m.add_argument("--affiliated", type=float, default=0.37, help="share of authors with an institution (0.37)")
+    m.add_argument("--papers-per-institution", type=int, default=4700, help="(default 4700)")
+
+
+def mag_source(args):
+    from .mag import MagSource
+
+    powerlaw = {k: getattr(args, k) for k in ("feature_signal", "communities", "label_noise", "degree_exponent")
+                if getattr(args, k) is not None}
+    return MagSource(args.nodes, args.feat_dim, args.avg_degree, args.classes, args.seed,
+                     feature_dtype=args.feature_dtype or "float16", authors_per_paper=args.authors_per_paper,
+                     writers=args.writers, papers_per_institution=args.papers_per_institution,
+                     affiliated=args.affiliated, homophily=0.8 if args.homophily is None else args.homophily,
+                     **powerlaw)
 
 
 def prepare_hetero_args(args, split_ratios) -> Path:
     """`python -m diskgnn.prepare` on a heterogeneous input: its parsed flags."""
-    return prepare_hetero(args.source, args.out, format=args.format, add_reverse=args.add_reverse,
+    mag = args.schema == "mag"
+    return prepare_hetero(mag_source(args) if mag else args.source, args.out, format=args.format,
+                          add_reverse=args.add_reverse or mag,
                           feature_dtype=args.feature_dtype, split_ratios=split_ratios, split_seed=args.split_seed,
                           val_share=args.val_share, memory_budget=args.memory_budget, overwrite=args.overwrite,
                           allow_nonfinite=args.allow_nonfinite, report=True)
@@ -48,7 +69,8 @@ def prepare_hetero(source, out, *, format: str = "auto", add_reverse: bool = Fal
                    split_ratios=(0.1, 0.1, 0.8), split_seed: int = 0, val_share: float = 0.2,
                    memory_budget=defaults.MEMORY_BUDGET, overwrite: bool = False, allow_nonfinite: bool = False,
                    report: bool = False) -> Path:
-    """Converts a heterogeneous SOURCE (HGB text layout or npy hetero directory) into a hetero dataset OUT.
+    """Converts a heterogeneous SOURCE (HGB text layout or npy hetero directory, or a source object such as
+    mag.py's) into a hetero dataset OUT.
 
     `val_share`: HGB ships train and val as one file; this share of it is drawn (seeded) for val.
     `split_ratios`: for an npy directory without a split, train/val/test shares of the labeled target nodes.
@@ -61,7 +83,7 @@ def prepare_hetero(source, out, *, format: str = "auto", add_reverse: bool = Fal
         raise UsageError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
     start = time.perf_counter()
     work = budget - defaults.PREPARE_BASE_RSS
-    src = open_hetero_source(source, format, val_share, split_seed)
+    src = source if hasattr(source, "relations") else open_hetero_source(source, format, val_share, split_seed)
     types = [NodeType(t.name, t.count, t.feature_dim, feature_dtype or t.feature_dtype) for t in src.types]
     relations = list(src.relations)
     if add_reverse:
@@ -80,6 +102,7 @@ def prepare_hetero(source, out, *, format: str = "auto", add_reverse: bool = Fal
         _splits(b, src, split_ratios, split_seed)
         schema = Schema(tuple(types), tuple(relations), src.target, src.num_classes, src.multilabel)
         meta = {
+            **({"synthetic": src.parameters()} if hasattr(src, "parameters") else {}),
             "hetero": schema.to_dict(),
             "splits": {s: b.files[f"{s}_idx"]["shape"][0] for s in SPLITS},
             "producer": {"source": src.name, "options": {

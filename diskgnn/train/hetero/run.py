@@ -107,26 +107,27 @@ class HeteroRun:
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
         counts = {t.name: np.zeros(t.count, np.int64) for t in s.types if t.feature_dim}
-        largest = 0
+        rows_max = step_max = 0
         for b in range(len(epoch0)):
             batch = epoch0[b]
-            batch_bytes = 0
+            rows = step = 0
             for t, ty in enumerate(s.types):
                 ids = batch.nodes[t]
                 if ty.name in counts:
                     np.add.at(counts[ty.name], ids, 1)
-                    batch_bytes += ids.size * (ty.row_bytes + 4 * ty.feature_dim)
-                batch_bytes += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their grads
-            batch_bytes += sum(int(blk.indices.size) * 40 for hop in batch.blocks for blk in hop)
-            largest = max(largest, batch_bytes)
-        working = largest * (defaults.READ_DEPTH + 2)
+                    rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32
+                step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
+            rows += sum(int(blk.indices.size) * 40 for hop in batch.blocks for blk in hop)  # its block tensors
+            rows_max, step_max = max(rows_max, rows), max(step_max, step)
+        # the batches in flight hold their rows and blocks; one step at a time holds its activations
+        working = rows_max * (defaults.READ_DEPTH + 2) + step_max
         left = self.budget - base - model_bytes - self.labels.nbytes - working
         if left < 0:
             raise DiskgnnError(f"--memory-budget {cfg.memory_budget}: the run needs about "
                                f"{format_size(self.budget - left)} (base {format_size(base)}, model and optimizer "
-                               f"{format_size(model_bytes)}, working set {format_size(working)} for "
-                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest): raise it, or lower "
-                               "--batch-size or --fanouts")
+                               f"{format_size(model_bytes)}, working set {format_size(working)}: "
+                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight): raise it, or "
+                               "lower --batch-size or --fanouts")
         tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
         placed = self.features.place(counts, tier)
         reads = {name: int(c.sum()) for name, c in counts.items()}
