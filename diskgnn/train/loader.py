@@ -36,7 +36,8 @@ from .. import defaults
 from ..data.builtin import default_dataset
 from ..data.features import feature_source
 from ..data.files import guard_io, remove_stale_temps
-from ..data.format import open_dataset
+from ..data.format import open_dataset, read_manifest
+from ..data.hetero.format import is_hetero
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..errors import DiskgnnError, UsageError
@@ -56,7 +57,16 @@ from .tasks import EVAL_EPOCH
 
 
 class Loader:
-    """Plans, samples, packs and pipelines a dataset's batches; see the module's docstring."""
+    """Plans, samples, packs and pipelines a dataset's batches; see the module's docstring. On a heterogeneous
+    dataset it is a train/hetero/loader.py HeteroLoader, yielding hetero batches."""
+
+    def __new__(cls, data=None, *, config=None, **options):
+        path = data if data is not None else getattr(config, "data", None)
+        if cls is Loader and path is not None and is_hetero(read_manifest(path, None)):
+            from .hetero.loader import HeteroLoader
+
+            return HeteroLoader(data, config=config, **options)
+        return super().__new__(cls)
 
     def __init__(self, data=None, *, config: TrainConfig | None = None, group: Group | None = None,
                  log: Callable[[str], None] | None = print, **options):

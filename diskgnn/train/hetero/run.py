@@ -43,8 +43,8 @@ def _hop_text(schema, hop) -> str:
 class HeteroRun:
     """One run: `open()` locks the workdir, samples epoch 0, makes the plan and fills the host tier."""
 
-    def __init__(self, cfg):
-        self.cfg = cfg
+    def __init__(self, cfg, log=print):
+        self.cfg, self.log = cfg, log
         self.ds: HeteroDataset = open_hetero(cfg.data)
         self.schema = schema = self.ds.schema
         refuse(cfg, self.ds)
@@ -74,7 +74,8 @@ class HeteroRun:
         self._eval_files: dict[str, HeteroSampleFile] = {}  # sampled once, on first use
 
     def say(self, line: str) -> None:
-        print(line, flush=True)
+        if self.log is not None:
+            self.log(line)
 
     def model(self) -> HeteroGNN:
         cfg = self.cfg
@@ -177,6 +178,12 @@ class HeteroRun:
                                    batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=EVAL_EPOCH[split],
                                    seeds=ids, threads=self.threads, max_batches=self.cfg.eval_max_batches)
 
+    def eval_pass(self, split: str):
+        """The split's batches (sampled once, with the eval fanouts)."""
+        if split not in self._eval_files:
+            self._eval_files[split] = self.eval_file(split)
+        return self.passes(self._eval_files[split], self.eval_fanouts)
+
     # -- the model's side ------------------------------------------------------------------------------------
 
     def autocast(self):
@@ -203,7 +210,7 @@ class HeteroRun:
         c = self.schema.num_classes
         tp, fp, fn = np.zeros(c, np.int64), np.zeros(c, np.int64), np.zeros(c, np.int64)
         correct = total = 0
-        for mb in self.passes(self._eval_files.setdefault(split, self.eval_file(split)), self.eval_fanouts):
+        for mb in self.eval_pass(split):
             with self.autocast():
                 out = model(mb.hops, mb.x, mb.nodes).float()
             counts = class_counts(out, mb.labels, self.schema.multilabel, c)
