@@ -24,8 +24,6 @@ Run adds the model, the step, evaluation and checkpoints.
 
 from __future__ import annotations
 
-import fcntl
-import os
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -35,7 +33,6 @@ import numpy as np
 from .. import defaults
 from ..data.builtin import default_dataset
 from ..data.features import feature_source
-from ..data.files import guard_io, remove_stale_temps
 from ..data.format import open_dataset, read_manifest
 from ..data.hetero.format import is_hetero
 from ..distributed import cooperative
@@ -54,6 +51,7 @@ from .options import from_options, save
 from .plan import Plan, disk_copies, make_plan, offline_spec
 from .report import distributed_line, hag_lines, measured_line, placed_line, plan_dict, plan_lines
 from .tasks import EVAL_EPOCH
+from .workdir import hold_workdir
 
 
 class Loader:
@@ -368,24 +366,3 @@ class Pass:
 
     def disk_bytes(self) -> int:
         return self.source.disk_bytes() if self.source is not None else 0
-
-
-def hold_workdir(workdir: Path):
-    """Creates and locks the workdir for this process (two runs in one workdir would overwrite each other's
-    files), then removes the temporary files a killed run left there. Returns the lock's file."""
-    try:
-        workdir.mkdir(parents=True, exist_ok=True)
-        lock = open(workdir / ".lock", "a+")
-    except OSError as e:
-        raise DiskgnnError(f"--workdir {workdir}: cannot create or write it ({e.strerror})") from None
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.seek(0)
-        raise DiskgnnError(f"--workdir {workdir}: in use by another run (pid {lock.read().strip() or '?'}); wait "
-                           "for it or use another --workdir") from None
-    lock.seek(0)
-    lock.truncate()
-    guard_io(workdir / ".lock", lambda: (lock.write(f"{os.getpid()}\n"), lock.flush()))
-    remove_stale_temps(workdir, recursive=True, any_pid=True)
-    return lock

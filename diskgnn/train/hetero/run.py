@@ -28,7 +28,7 @@ from ...nn.hetero import HeteroGNN, class_counts, f1_scores
 from ...offline.hetero_sample import HeteroGraph, HeteroSampleFile, sample_hetero_epoch
 from ...store.typed import TypedFeatures
 from ...units import format_size, parse_size
-from ..loader import hold_workdir
+from ..workdir import hold_workdir
 from ..options import save
 from ..tasks.base import EVAL_EPOCH
 from .checks import refuse
