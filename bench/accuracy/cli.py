@@ -116,14 +116,7 @@ def main(argv=None) -> dict:
         raise SystemExit("bench.accuracy: --seeds, --epochs and --jobs must be at least 1")
     if not 0 <= args.host_cache_fraction <= 1:
         raise SystemExit(f"bench.accuracy: --host-cache-fraction {args.host_cache_fraction}: must be in [0, 1]")
-    suffix = ("" if args.study == "reference" else f"-{args.study}") + ("-smoke" if args.smoke else "")
-    out = Path(args.out or RESULTS / f"accuracy{suffix}.json")
-    md = Path(args.markdown) if args.markdown else (out.with_suffix(".md") if args.smoke else
-                                                     REPO / "docs" / "accuracy.md")
-    work = Path(args.workdir)
-    (work / "logs").mkdir(parents=True, exist_ok=True)
-    info = machine_info(work)
-    print(f"machine: {info['summary']}")
+    out, md, work, info = outputs(args)
     # As run: the thread count matters on a busy machine (torch's spinning threads waste a shared core).
     threads_env = f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']} " if "OMP_NUM_THREADS" in os.environ else ""
     command = threads_env + command_line("bench.accuracy", argv)
@@ -147,6 +140,19 @@ def main(argv=None) -> dict:
     return result
 
 
+def outputs(args) -> tuple[Path, Path, Path, dict]:
+    """The study's result JSON, its markdown, its workdir (with logs/) and the machine it runs on (printed)."""
+    suffix = ("" if args.study == "reference" else f"-{args.study}") + ("-smoke" if args.smoke else "")
+    out = Path(args.out or RESULTS / f"accuracy{suffix}.json")
+    md = Path(args.markdown) if args.markdown else (out.with_suffix(".md") if args.smoke else
+                                                     REPO / "docs" / "accuracy.md")
+    work = Path(args.workdir)
+    (work / "logs").mkdir(parents=True, exist_ok=True)
+    info = machine_info(work)
+    print(f"machine: {info['summary']}")
+    return out, md, work, info
+
+
 def hetero_cli(args, argv) -> dict:
     if args.smoke:
         args.datasets, args.seeds = "acm", 1
@@ -155,13 +161,7 @@ def hetero_cli(args, argv) -> dict:
         raise SystemExit(f"bench.accuracy: --study hetero takes --datasets from {', '.join(HETERO_DATASETS)} and "
                          "--seeds (its epochs and model are the study's)")
     args.seeds = args.seeds or 5
-    out = Path(args.out or RESULTS / f"accuracy-hetero{'-smoke' if args.smoke else ''}.json")
-    md = Path(args.markdown) if args.markdown else (out.with_suffix(".md") if args.smoke else
-                                                     REPO / "docs" / "accuracy.md")
-    work = Path(args.workdir)
-    (work / "logs").mkdir(parents=True, exist_ok=True)
-    info = machine_info(work)
-    print(f"machine: {info['summary']}")
+    out, md, work, info = outputs(args)
     systems = (args.settings or ",".join(HETERO_SYSTEMS)).replace(";", ",").split(",")
     if set(systems) - set(HETERO_SYSTEMS):
         raise SystemExit(f"bench.accuracy: --settings for --study hetero: systems from {', '.join(HETERO_SYSTEMS)}")

@@ -20,9 +20,26 @@ import torch
 import torch.nn.functional as F
 
 
+def sage(hidden: int, classes: int, dropout: float) -> torch.nn.Module:
+    """The homogeneous model both PyG runs make hetero with `to_hetero`: two SAGEConv((-1, -1)), ReLU and
+    dropout between them."""
+    from torch_geometric.nn import SAGEConv
+
+    class Sage(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = SAGEConv((-1, -1), hidden), SAGEConv((-1, -1), classes)
+            self.drop = torch.nn.Dropout(dropout)
+
+        def forward(self, x, edge_index):
+            return self.c2(self.drop(self.c1(x, edge_index).relu()), edge_index)
+
+    return Sage()
+
+
 def reference(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout: float) -> dict:
     from torch_geometric.data import HeteroData
-    from torch_geometric.nn import SAGEConv, to_hetero
+    from torch_geometric.nn import to_hetero
 
     from diskgnn.data.hetero.format import open_hetero
     from diskgnn.nn.hetero import class_counts, f1_scores
@@ -45,16 +62,7 @@ def reference(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout
         graph[r.src, r.name.replace("-", "_"), r.dst].edge_index = torch.from_numpy(
             np.stack([np.asarray(indices, np.int64), dst]))
 
-    class Sage(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1, self.c2 = SAGEConv((-1, -1), hidden), SAGEConv((-1, -1), s.num_classes)
-            self.drop = torch.nn.Dropout(dropout)
-
-        def forward(self, x, edge_index):
-            return self.c2(self.drop(self.c1(x, edge_index).relu()), edge_index)
-
-    model = to_hetero(Sage(), graph.metadata(), aggr="sum")
+    model = to_hetero(sage(hidden, s.num_classes, dropout), graph.metadata(), aggr="sum")
 
     def inputs():
         return {**{t: graph[t].x for t in graph.node_types if "x" in graph[t]}, **dict(rows.items())}
@@ -91,16 +99,21 @@ def reference(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout
             **{f"test_{k}": v for k, v in best["test"].items()}, "wall_s": time.perf_counter() - start}
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.accuracy.hetero_reference", description=__doc__.split("\n")[0])
+def parser(module: str, doc: str, epochs: int) -> argparse.ArgumentParser:
+    """The options the hetero study's PyG runs share (the study passes the same values to diskgnn.train)."""
+    ap = argparse.ArgumentParser(prog=f"python -m {module}", description=doc.split("\n")[0])
     ap.add_argument("--data", required=True)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--epochs", type=int, default=100)
+    ap.add_argument("--epochs", type=int, default=epochs)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.005)
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--out", required=True)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> None:
+    args = parser("bench.accuracy.hetero_reference", __doc__, 100).parse_args(argv)
     result = reference(args.data, args.seed, args.epochs, args.hidden, args.lr, args.dropout)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=2)

@@ -12,7 +12,6 @@ neighbour (batches of 1,024), and the epoch with the best val metric gives the t
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
@@ -20,13 +19,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .hetero_reference import parser, sage
+
 EVAL_BATCH = 1024  # every neighbour of a batch's seeds: the fewer batches, the fewer rows read twice
 
 
 def seam(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout: float, batch_size: int,
          fanouts: list[int]) -> dict:
     from torch_geometric.loader import NodeLoader
-    from torch_geometric.nn import SAGEConv, to_hetero
+    from torch_geometric.nn import to_hetero
 
     from diskgnn.data.hetero.format import open_hetero
     from diskgnn.nn.hetero import class_counts, f1_scores
@@ -46,20 +47,11 @@ def seam(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout: flo
     for e in rows.values():
         torch.nn.init.normal_(e.weight)
 
-    class Sage(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.c1, self.c2 = SAGEConv((-1, -1), hidden), SAGEConv((-1, -1), s.num_classes)
-            self.drop = torch.nn.Dropout(dropout)
-
-        def forward(self, x, edge_index):
-            return self.c2(self.drop(self.c1(x, edge_index).relu()), edge_index)
-
     def inputs(batch) -> dict:
         return {t.name: batch[t.name].x if t.feature_dim else rows[t.name](batch[t.name].n_id) for t in s.types}
 
     first = next(iter(loader("train", fanouts, False)))
-    model = to_hetero(Sage(), first.metadata(), aggr="sum")
+    model = to_hetero(sage(hidden, s.num_classes, dropout), first.metadata(), aggr="sum")
     with torch.no_grad():
         model(inputs(first), first.edge_index_dict)
     optimizer = torch.optim.Adam([*model.parameters(), *rows.parameters()], lr=lr)
@@ -100,16 +92,9 @@ def seam(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout: flo
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.accuracy.hetero_seam", description=__doc__.split("\n")[0])
-    ap.add_argument("--data", required=True)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--epochs", type=int, default=30)
-    ap.add_argument("--hidden", type=int, default=64)
-    ap.add_argument("--lr", type=float, default=0.005)
-    ap.add_argument("--dropout", type=float, default=0.5)
+    ap = parser("bench.accuracy.hetero_seam", __doc__, 20)
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--fanouts", default="10,10")
-    ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     result = seam(args.data, args.seed, args.epochs, args.hidden, args.lr, args.dropout, args.batch_size,
                   [int(f) for f in args.fanouts.split(",")])

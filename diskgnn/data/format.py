@@ -255,6 +255,18 @@ def check_file_checksum(path: Path, entry: dict) -> None:
         raise DiskgnnError(f"{fpath}: checksum mismatch (file is corrupted)")
 
 
+def checksum_problems(path: Path, manifest: dict) -> list[str]:
+    """Every file's size (a wrong one stops verify: one line) and checksum (each bad one a problem)."""
+    check_file_sizes(path, manifest)
+    problems = []
+    for entry in manifest["files"].values():
+        try:
+            check_file_checksum(path, entry)
+        except DiskgnnError as e:
+            problems.append(str(e))
+    return problems
+
+
 def open_dataset(path) -> Dataset:
     """Opens a dataset directory.
 
@@ -263,9 +275,14 @@ def open_dataset(path) -> Dataset:
     are checked by `python -m diskgnn.verify`.
     """
     path = Path(path).absolute()
-    manifest = read_manifest(path)
+    return Dataset(path, checked_manifest(path))
+
+
+def checked_manifest(path: Path, fmt: str = FORMAT_NAME) -> dict:
+    """The manifest with the checks done on open: its own, every file's size, the small files' checksums."""
+    manifest = read_manifest(path, fmt)
     check_file_sizes(path, manifest)
     for entry in manifest["files"].values():
         if entry["file_bytes"] <= defaults.VERIFY_ON_OPEN_BYTES:
             check_file_checksum(path, entry)
-    return Dataset(path, manifest)
+    return manifest

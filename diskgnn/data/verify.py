@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import defaults
 from ..errors import ArgumentParser, DiskgnnError
-from .format import SPLITS, Dataset, check_file_checksum, check_file_sizes, read_manifest
+from .format import SPLITS, Dataset, checksum_problems, read_manifest
 from .edge_split import check_edge_split, describe_edge_split
 from .graph_stats import describe, recheck
 from .hetero.format import is_hetero, read_hetero_manifest
@@ -39,13 +39,7 @@ def verify(path) -> list[str]:
     """Returns the problems found (empty when the dataset is sound)."""
     path = Path(path).absolute()
     m = read_manifest(path)
-    check_file_sizes(path, m)
-    problems = []
-    for entry in m["files"].values():
-        try:
-            check_file_checksum(path, entry)
-        except DiskgnnError as e:
-            problems.append(str(e))
+    problems = checksum_problems(path, m)
     n, e_count = m["num_nodes"], m["num_edges"]
     f = {k: (path / v["name"], v["dtype"], v["shape"]) for k, v in m["files"].items()}
 

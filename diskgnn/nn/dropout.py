@@ -137,3 +137,19 @@ class Dropout(nn.Module):
             key, offset, bases = self.key, self.counter, None
             self.counter += h.numel() + h.numel() % 2  # draws come in pairs
         return (_ReluDropout if relu else _Dropout).apply(h, self.p, key, offset, bases)
+
+
+class ReseededDropout:
+    """A model's one Dropout (`self.dropout`) as its random stream: seeded per epoch, so that a resumed run
+    repeats the same masks, and its position kept by a mid-epoch checkpoint."""
+
+    def reseed(self, seed) -> None:
+        self.dropout.reseed(seed)
+
+    @property
+    def dropout_state(self) -> dict:
+        return self.dropout.state
+
+    @dropout_state.setter
+    def dropout_state(self, state: dict) -> None:
+        self.dropout.state = state

@@ -27,7 +27,7 @@ from torch import nn
 
 from ..data.hetero.schema import Schema
 from ..hashing import mix64, unit_interval
-from .dropout import Dropout
+from .dropout import Dropout, ReseededDropout
 
 HETERO_MODELS = ("sage", "rgcn")
 FEATURELESS = ("learned", "hashed")
@@ -100,7 +100,7 @@ class HeteroLayer(nn.Module):
         return out
 
 
-class HeteroGNN(nn.Module):
+class HeteroGNN(ReseededDropout, nn.Module):
     """`layers` hetero layers over a schema; the target type's rows of the last one are the output."""
 
     def __init__(self, schema: Schema, kind: str, hidden: int, out_dim: int, layers: int, dropout: float, *,
@@ -147,17 +147,6 @@ class HeteroGNN(nn.Module):
             if i < len(self.layers) - 1:
                 h = {name: self.dropout(v, relu=True) for name, v in h.items()}
         return h[self.schema.target]
-
-    def reseed(self, seed) -> None:
-        self.dropout.reseed(seed)
-
-    @property
-    def dropout_state(self) -> dict:
-        return self.dropout.state
-
-    @dropout_state.setter
-    def dropout_state(self, state: dict) -> None:
-        self.dropout.state = state
 
 
 def f1_scores(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray) -> tuple[float, float]:

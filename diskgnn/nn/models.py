@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..loading.blocks import TensorBlock
-from .dropout import Dropout
+from .dropout import Dropout, ReseededDropout
 
 MODELS = ("sage", "gcn", "gat")
 
@@ -128,7 +128,7 @@ def activation_bytes(model: str, layers: list[tuple[int, int, int]], dims: list[
     return 4 * total
 
 
-class GNN(nn.Module):
+class GNN(ReseededDropout, nn.Module):
     """`layers` graph layers with ReLU and dropout between them; logits out."""
 
     def __init__(self, kind: str, d_in: int, hidden: int, classes: int, layers: int, dropout: float,
@@ -150,19 +150,6 @@ class GNN(nn.Module):
                 self.layers.append(GCNLayer(dims[i], dims[i + 1]))
             else:
                 self.layers.append(GATLayer(dims[i], dims[i + 1], 1 if last else heads, concat=not last))
-
-    def reseed(self, seed) -> None:
-        """Seeds dropout (set per epoch, so that a resumed run repeats the same masks)."""
-        self.dropout.reseed(seed)
-
-    @property
-    def dropout_state(self) -> dict:
-        """Where dropout's random stream stands (a mid-epoch checkpoint keeps it, to resume the same masks)."""
-        return self.dropout.state
-
-    @dropout_state.setter
-    def dropout_state(self, state: dict) -> None:
-        self.dropout.state = state
 
     def layer(self, i: int, block: TensorBlock, h: torch.Tensor, nodes: tuple | None = None) -> torch.Tensor:
         """Layer i alone (layer-wise inference runs the layers one at a time over all nodes). `nodes`: (the

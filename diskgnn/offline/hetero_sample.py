@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data.files import RecordFile, RecordLog, guard_io, temp_path, write_index_tmp
+from ..data.files import RecordFile, RecordLog, temp_path
 from ..data.hetero.format import HeteroDataset
 from ..errors import DiskgnnError
-from .sample import Block, batch_key, epoch_seeds
+from .sample import Block, batch_key, commit_records, epoch_seeds, write_records
 
 HETERO_SAMPLES_FORMAT = "diskgnn-hetero-samples"
 HETERO_SAMPLES_VERSION = 1
@@ -144,18 +144,12 @@ def sample_hetero_epoch(ds: HeteroDataset, graph: HeteroGraph, out_path, *, fano
             f.flush()
             os.fsync(f.fileno())
 
-    try:
-        guard_io(out_path, sample_all)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_records(out_path, tmp, sample_all)
     meta = {
         "format": HETERO_SAMPLES_FORMAT, "format_version": HETERO_SAMPLES_VERSION, "dataset": ds.checksum,
         "fanouts": [list(map(int, f)) for f in fanouts], "batch_size": batch_size, "seed": seed, "epoch": epoch,
         "num_batches": len(batches), "num_seeds": int(sum(len(b) for b in batches)),
         "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
     }
-    meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)
-    os.replace(tmp, out_path)
-    os.replace(meta_tmp, out_path.with_suffix(".json"))
+    commit_records(tmp, out_path, meta)
     return HeteroSampleFile(out_path, graph)

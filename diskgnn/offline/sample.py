@@ -291,11 +291,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
             f.flush()
             os.fsync(f.fileno())
 
-    try:
-        guard_io(out_path, sample_all)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_records(out_path, tmp, sample_all)
     meta = {
         "format": SAMPLES_FORMAT, "format_version": SAMPLES_VERSION,
         "dataset": dataset.manifest["manifest_checksum"],
@@ -307,7 +303,23 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "hag": {"mode": hag.mode if hag is not None else "off"},
         "partition_rows": partition_rows or None,
     }
+    commit_records(tmp, out_path, meta)
+    return SampleFile(out_path)
+
+
+def write_records(out_path: Path, tmp: Path, write) -> None:
+    """`write()` fills the temporary records file `tmp` of `out_path`; a full disk is one line, and whatever
+    fails leaves no temporary file behind."""
+    try:
+        guard_io(out_path, write)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def commit_records(tmp: Path, out_path: Path, meta: dict) -> None:
+    """A records file written at `tmp` and its index `meta` put in place, the records first and the index last,
+    so that a reader never finds an index without its records."""
     meta_tmp = write_index_tmp(out_path.with_suffix(".json"), meta)
     os.replace(tmp, out_path)
     os.replace(meta_tmp, out_path.with_suffix(".json"))
-    return SampleFile(out_path)

@@ -22,17 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ... import defaults
 from ...errors import DiskgnnError
 from ..files import ArrayFileWriter
-from ..format import (
-    FILE_NAMES,
-    SPLITS,
-    DatasetBuilder,
-    check_file_checksum,
-    check_file_sizes,
-    read_manifest,
-)
+from ..format import FILE_NAMES, SPLITS, DatasetBuilder, checked_manifest, read_manifest
 from .schema import Schema
 
 FORMAT_NAME = "diskgnn-hetero-dataset"
@@ -118,11 +110,7 @@ def open_hetero(path) -> HeteroDataset:
     """Opens a heterogeneous dataset with the checks done on open (as open_dataset: manifest, sizes, the
     checksum of every file up to defaults.VERIFY_ON_OPEN_BYTES)."""
     path = Path(path).absolute()
-    manifest = read_hetero_manifest(path)
-    check_file_sizes(path, manifest)
-    for entry in manifest["files"].values():
-        if entry["file_bytes"] <= defaults.VERIFY_ON_OPEN_BYTES:
-            check_file_checksum(path, entry)
+    manifest = checked_manifest(path, FORMAT_NAME)
     try:
         Schema.from_dict(manifest["hetero"])
     except (KeyError, TypeError) as e:

@@ -13,8 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ... import defaults
-from ...errors import DiskgnnError
-from ..format import SPLITS, check_file_checksum, check_file_sizes
+from ..format import SPLITS, checksum_problems
 from .format import HeteroDataset, read_hetero_manifest
 from .prepare import labeled
 
@@ -22,13 +21,7 @@ from .prepare import labeled
 def verify_hetero(path) -> list[str]:
     path = Path(path).absolute()
     m = read_hetero_manifest(path)
-    check_file_sizes(path, m)
-    problems = []
-    for entry in m["files"].values():
-        try:
-            check_file_checksum(path, entry)
-        except DiskgnnError as e:
-            problems.append(str(e))
+    problems = checksum_problems(path, m)
     ds = HeteroDataset(path, m)
     schema = ds.schema
     count = {t.name: t.count for t in schema.types}
