@@ -11,7 +11,7 @@ from epoch 0's reads.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +32,12 @@ from ..workdir import hold_workdir
 from ..options import save
 from ..tasks.base import EVAL_EPOCH
 from .checks import refuse
+
+
+def _done(value) -> Future:
+    f = Future()
+    f.set_result(value)
+    return f
 
 
 def _hop_text(schema, hop) -> str:
@@ -97,9 +103,10 @@ class HeteroRun:
             f"{s.num_classes} classes{' (multi-label)' if s.multilabel else ''}; {cfg.model} x {len(self.fanouts)} "
             f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
         start = time.perf_counter()
-        epoch0 = self.epoch_file(0)
+        epoch0 = self._sample(0)
         self.sample_s = time.perf_counter() - start
         self._plan(model, epoch0)
+        self._next = (0, _done(epoch0))  # what epoch 0 trains on (a run resumed later deletes it unread)
         return self
 
     def _plan(self, model: HeteroGNN, epoch0: HeteroSampleFile) -> None:
@@ -159,6 +166,9 @@ class HeteroRun:
                                    max_batches=self.cfg.max_batches)
 
     def prepare_next(self, epoch: int) -> None:
+        if self._next is not None and self._next[0] < epoch:  # epoch 0's, made for the plan, unused on --resume
+            self.finished(self._next[0])
+            self._next = None
         if epoch < self.cfg.epochs and self._next is None:
             self._next = (epoch, self._pool.submit(self._sample, epoch))
 
