@@ -31,7 +31,7 @@ from .quantized import QUANT_DATASETS, QUANT_FEATURES, QUANT_SEEDS, quantized_st
 from .quantized_report import publish
 from .cooperative import DATASETS as COOP_DATASETS, SEEDS as COOP_SEEDS, cooperative_study
 from .datasets import DATASETS, SHARED, SYNTHETIC
-from .hetero_study import DATASETS as HETERO_DATASETS, SYSTEMS as HETERO_SYSTEMS, hetero_study
+from .hetero_study import DATASETS as HETERO_DATASETS, SYSTEMS as HETERO_SYSTEMS, hetero_study, render_hetero
 from .link_study import link_study
 from .reference_study import reference_study
 from .runs import HOST_CACHE_FRACTION, MODEL
@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--pause-while", metavar="FILE", help="before each training run, wait while FILE exists")
     ap.add_argument("--jobs", type=int, default=1, help="quantized study: training runs at once (default 1)")
     ap.add_argument("--render-only", action="store_true",
-                    help="quantized study: no training; the tables again from the runs saved in --out")
+                    help="quantized and hetero studies: no training; the tables again from the runs saved in --out")
     ap.add_argument("--smoke", action="store_true", help="cora, 1 seed, 3 epochs (for the test suite); the "
                                                          "quantized study with fp32, sq16 and sq1")
     args = ap.parse_args(argv)
@@ -122,7 +122,7 @@ def main(argv=None) -> dict:
     command = threads_env + command_line("bench.accuracy", argv)
     if args.render_only:
         if not quantized:
-            raise SystemExit("bench.accuracy: --render-only is for the quantized study")
+            raise SystemExit("bench.accuracy: --render-only is for the quantized and hetero studies")
         return publish(saved(out, command), md)
     if sampler:
         return settings_study(args, names, settings, work, out, md, info, command)
@@ -162,6 +162,8 @@ def hetero_cli(args, argv) -> dict:
                          "--seeds (its epochs and model are the study's)")
     args.seeds = args.seeds or 5
     out, md, work, info = outputs(args)
+    if args.render_only:
+        return render_hetero(out, md)
     systems = (args.settings or ",".join(HETERO_SYSTEMS)).replace(";", ",").split(",")
     if set(systems) - set(HETERO_SYSTEMS):
         raise SystemExit(f"bench.accuracy: --settings for --study hetero: systems from {', '.join(HETERO_SYSTEMS)}")

@@ -100,6 +100,16 @@ def hetero_study(args, names: list[str], systems: list[str], work: Path, out: Pa
                   section=lambda _: markdown(result))
 
 
+def render_hetero(out: Path, md: Path) -> dict:
+    """No training: the runs saved in `out` aggregated again and their section of `md` written (after runs
+    were added to `out` by hand from another file, as the JSON's command then says)."""
+    result = json.loads(out.read_text())
+    result["aggregate"] = aggregate(result["runs"])
+    result.setdefault("seam", SEAM)
+    return finish(result, out, table=table(result["aggregate"]), report=md, markers=MARKERS,
+                  section=lambda _: markdown(result))
+
+
 def aggregate(runs: list[dict]) -> list[dict]:
     """Per dataset, metric and compared system: both systems' stats over the seeds both ran, and the paired
     difference from the reference."""

@@ -267,3 +267,8 @@ def test_hetero_study_smoke(tmp_path):
     text = md.read_text()
     assert text.startswith("# Accuracy\n\nA note.\n") and MARKERS[0] in text
     assert "| acm | diskgnn.train, out of core | 1 | acc |" in text and "| acm | PyG's loop through" in text
+    # --render-only: the saved runs aggregated again, the section rewritten, nothing trained
+    md.write_text("# Accuracy\n")
+    main(["--study", "hetero", "--render-only", "--out", str(out), "--markdown", str(md),
+          "--workdir", str(tmp_path / "work")])
+    assert "| acm | PyG's loop through" in md.read_text()
