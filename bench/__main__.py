@@ -7,8 +7,9 @@ import importlib
 import sys
 
 BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "dependent", "distributed", "hag", "step",
-              "accuracy", "faults", "budget", "pyg", "gpu"]
-# `all`: those that run on any machine (gpu needs a CUDA device; pyg's accuracy study its own venv)
+              "accuracy", "faults", "budget", "pyg", "gpu", "hetero"]
+# `all`: those that run on any machine (gpu needs a CUDA device; pyg's accuracy study its own venv; hetero writes
+# 26 GB of features)
 ALL = BENCHMARKS[: BENCHMARKS.index("pyg")]
 
 

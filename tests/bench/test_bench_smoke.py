@@ -269,3 +269,21 @@ def test_step_bench_smoke(tmp_path):
     assert any(p["op"] == "NeighbourSum" for p in result["rows"][0]["profile"])
     step.main(args)
     assert md.read_text().count(step.MARKERS[0]) == 1
+
+
+def test_hetero_bench_smoke(tmp_path):
+    """bench.hetero at tiny size: a MAG-shaped graph prepared, trained one epoch under a cgroup cap, its JSON."""
+    from bench import hetero
+    from bench.harness.memcap import CapUnavailable
+
+    try:
+        result = hetero.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "h.json")])
+    except CapUnavailable as e:
+        pytest.skip(f"no memory cgroup here ({e}); the cap itself is tested in tests/bench/test_memcap.py")
+    saved = json.loads((tmp_path / "h.json").read_text())
+    assert saved["papers"] == result["papers"] == 20_000 and len(saved["epoch_times_s"]) == 1
+    assert saved["prepare"]["wall_s"] > 0 and 0 <= saved["feature_bytes"] - 20_000 * 32 * 2 < 4096  # float16, padded
+    assert 0 <= saved["val_acc"][0] <= 1 and saved["backend"] in ("io_uring + O_DIRECT", "pread + O_DIRECT",
+                                                                   "io_uring", "pread")
+    assert saved["cgroup"]["returncode"] == 0 and not saved["cgroup"]["oom_killed"]
+    assert saved["peak_anon_bytes"] <= 1536 << 20
