@@ -166,12 +166,7 @@ class Dataset:
     def array(self, kind: str, mode: str = "r") -> np.ndarray:
         """Memory map of one file's data (without its padding): read-only, or with mode "c" copy-on-write
         (writable in memory, for consumers such as torch that want writable arrays; the file never changes)."""
-        entry = self.manifest["files"][kind]
-        shape = tuple(entry["shape"])
-        if entry["bytes"] == 0:
-            return np.zeros(shape, dtype=entry["dtype"])
-        return np.memmap(self.file_path(kind), dtype=np.dtype(entry["dtype"]).newbyteorder("<"),
-                         mode=mode, shape=shape)
+        return mapped(self.file_path(kind), self.manifest["files"][kind], mode)
 
     @property
     def indptr(self) -> np.ndarray:
@@ -202,6 +197,14 @@ class Dataset:
     def quantized_specs(self) -> list[str]:
         """Specs of the quantized feature variants stored beside the features (docs/quantization.md)."""
         return list(self.manifest.get("quantized", {}))
+
+
+def mapped(path: Path, entry: dict, mode: str = "r") -> np.ndarray:
+    """A file's data (its manifest `entry`, without the padding) memory-mapped: read-only, or "c" copy-on-write."""
+    shape = tuple(entry["shape"])
+    if entry["bytes"] == 0:
+        return np.zeros(shape, dtype=entry["dtype"])
+    return np.memmap(path, dtype=np.dtype(entry["dtype"]).newbyteorder("<"), mode=mode, shape=shape)
 
 
 def read_manifest(path, fmt: str | None = FORMAT_NAME) -> dict:

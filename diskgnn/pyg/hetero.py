@@ -122,7 +122,8 @@ class HeteroFeatureStore(FeatureStore):
 
 
 class HeteroGraphStore(GraphStore):
-    """Each relation's CSC, memory-mapped, keyed by (source type, relation, destination type)."""
+    """Each relation's CSC, memory-mapped (indices as stored: int32 below 2^31 sources), keyed by (source type,
+    relation, destination type)."""
 
     def __init__(self, dataset_dir):
         super().__init__()
@@ -143,8 +144,9 @@ class HeteroGraphStore(GraphStore):
             raise DiskgnnError(f"{self.path}: HeteroGraphStore holds each relation as CSC only (ask for "
                                "layout='csc', or sample with HeteroSampler)")
         i = keys.index(edge_attr.edge_type)
-        return (torch.from_numpy(np.array(self.ds.array(f"rel/{i}/indices"), dtype=np.int64)),
-                torch.from_numpy(np.array(self.ds.array(f"rel/{i}/indptr"))))
+        # Copy-on-write maps, as DiskgnnGraphStore's: writable for torch, the topology never copied whole.
+        return (torch.from_numpy(self.ds.array(f"rel/{i}/indices", mode="c")),
+                torch.from_numpy(self.ds.array(f"rel/{i}/indptr", mode="c")))
 
     def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
         raise _read_only("HeteroGraphStore", self.path)

@@ -136,7 +136,8 @@ def train(data, workdir, *extra):
 
 
 def test_trains_and_learns(hds, tmp_path):
-    summary, out = train(hds, tmp_path / "w", "--epochs", "10", "--lr", "0.005", "--fanouts", "cites=5,writes=3,tags=2/4")
+    summary, out = train(hds, tmp_path / "w", "--epochs", "10", "--lr", "0.005", "--fanouts",
+                         "cites=5,writes=3,tags=2/4")
     assert summary["heterogeneous"] and summary["test_acc"] > 0.6, out  # 3 classes: chance is a third
     assert "plan: heterogeneous" in out and "reader " in out
     assert summary["features"]["paper"]["rows"] > 0
@@ -150,8 +151,8 @@ def test_multilabel(tmp_path):
     labels = (rng.random((60, 4)) < 0.4).astype(np.int64)
     labels[:5] = -1
     x = rng.standard_normal((60, 6)).astype(np.float32)
-    src = write_hetero_npy(tmp_path / "src", {"m": 60, "k": 9}, {"m": 6}, {("k", "of", "m"): rng.integers(0, 9, (200, 2))
-                                                                          % [9, 60]}, "m", labels)
+    edges = rng.integers(0, 9, (200, 2)) % [9, 60]
+    src = write_hetero_npy(tmp_path / "src", {"m": 60, "k": 9}, {"m": 6}, {("k", "of", "m"): edges}, "m", labels)
     np.save(src / "nodes" / "m" / "features.npy", x + labels.clip(0).repeat(2, 1)[:, :6])
     from diskgnn.data.hetero.prepare import prepare_hetero
 

@@ -24,7 +24,7 @@ import numpy as np
 
 from ...errors import DiskgnnError
 from ..files import ArrayFileWriter
-from ..format import FILE_NAMES, SPLITS, DatasetBuilder, checked_manifest, read_manifest
+from ..format import FILE_NAMES, SPLITS, DatasetBuilder, checked_manifest, mapped, read_manifest
 from .schema import Schema
 
 FORMAT_NAME = "diskgnn-hetero-dataset"
@@ -67,13 +67,9 @@ class HeteroDataset:
     def file_path(self, kind: str) -> Path:
         return self.path / self.manifest["files"][kind]["name"]
 
-    def array(self, kind: str) -> np.ndarray:
-        entry = self.manifest["files"][kind]
-        shape = tuple(entry["shape"])
-        if entry["bytes"] == 0:
-            return np.zeros(shape, dtype=entry["dtype"])
-        return np.memmap(self.file_path(kind), dtype=np.dtype(entry["dtype"]).newbyteorder("<"), mode="r",
-                         shape=shape)
+    def array(self, kind: str, mode: str = "r") -> np.ndarray:
+        """As Dataset.array: memory-mapped read-only, or "c" copy-on-write."""
+        return mapped(self.file_path(kind), self.manifest["files"][kind], mode)
 
     def features(self, node_type: str) -> np.ndarray | None:
         kind = f"features/{node_type}"
