@@ -7,7 +7,8 @@ Prepares `prepare synthetic --schema mag` once into --workdir (papers with float
 size 26.1 GB, more than a 23.5 GiB machine's RAM), drops the page cache, and runs `diskgnn.train` on it under
 a memory cgroup capped at --cap (page cache included) with --memory-budget --budget. Prints the machine and the
 reader's backend and writes JSON: the prepare's time and peak, each epoch's time and val accuracy with the wall
-time it was reached at, the bytes read and the host tier's share, the run's anonymous peak and the cgroup's.
+time it was reached at, the bytes read and the host tier's share, the offline phases (sampling, packing, bytes
+packed), the run's anonymous peak and the cgroup's.
 The numbers are this machine's, measured in one run; docs/benchmarks.md ("MAG-shaped") quotes one.
 """
 
@@ -77,13 +78,14 @@ def main(argv=None) -> dict:
         "backend": s["plan"]["backend"], "epoch_times_s": s["epoch_times_s"], "val_acc": s["val_acc_per_epoch"],
         "wall_s_at_val": s["wall_s_at_val"], "test_acc": s.get("test_acc"), "disk_bytes": s["disk_bytes"],
         "host_tier_share": rows["hits"] / max(1, rows["rows"]), "peak_anon_bytes": s["peak_anon_bytes"],
-        "cgroup": capped.summary(), "plan": s["plan"],
+        "cgroup": capped.summary(), "plan": s["plan"], "offline": s["offline"],
     }
     write_json(Path(args.out), result)
     print(f"hetero: {args.papers:,} papers, {features / 1e9:.1f} GB of features, reader {result['backend']}, cap "
           f"{args.cap}: epochs " + ", ".join(f"{t:.1f}" for t in result["epoch_times_s"]) + " s, val "
           + " -> ".join(f"{v:.3f}" for v in result["val_acc"]) + f", read {result['disk_bytes'] / 1e9:.1f} GB, "
-          f"peak {result['peak_anon_bytes'] / 2**30:.2f} GiB anonymous, cgroup peak {capped.peak_bytes}")
+          f"packed {s['offline']['pack_bytes_written'] / 1e9:.1f} GB in {s['offline']['pack_s']:.0f} s, peak "
+          f"{result['peak_anon_bytes'] / 2**30:.2f} GiB anonymous, cgroup peak {capped.peak_bytes}")
     return result
 
 

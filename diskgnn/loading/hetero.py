@@ -1,5 +1,6 @@
-"""A pass over a heterogeneous sample file: each batch's blocks as tensors and its typed feature rows read,
-in the pipeline's threads (sample -> read), so that the reads of batch b + 1 overlap the step of batch b."""
+"""A pass over a heterogeneous sample file: each batch's blocks as tensors and its typed feature rows read
+(from its packs where the epoch was packed), in the pipeline's threads (sample -> read), so that the reads of
+batch b + 1 overlap the step of batch b."""
 
 from __future__ import annotations
 
@@ -34,9 +35,10 @@ class HeteroMiniBatch:
 
 
 def hetero_pass(samples, features, labels: np.ndarray, fanouts, *, multilabel: bool, device, start: int = 0,
-                stop: int | None = None, depth: int = 2) -> Pipeline:
+                stop: int | None = None, depth: int = 2, packs=None) -> Pipeline:
     """Batches start..stop of `samples` (a HeteroSampleFile) as HeteroMiniBatches on `device`; `fanouts[h][r]`
-    says which relations each hop follows."""
+    says which relations each hop follows; `packs` (offline/hetero_pack.HeteroPacks): the cold rows, one region
+    a batch and type (else gathered by id)."""
     schema = samples.graph.schema
     names = [t.name for t in schema.types]
     target = schema.type_index(schema.target)
@@ -50,7 +52,8 @@ def hetero_pass(samples, features, labels: np.ndarray, fanouts, *, multilabel: b
     def read(item):
         batch, hops = item
         nodes = {names[t]: batch.nodes[t] for t in range(len(names))}
-        x = {name: features.gather(name, ids) for name, ids in nodes.items() if name in features.readers}
+        x = {name: features.gather(name, ids, packs, batch.index) for name, ids in nodes.items()
+             if name in features.readers}
         seeds = batch.nodes[target][: batch.num_seeds]
         y = torch.from_numpy(np.asarray(labels[seeds]))
         y = y.float() if multilabel else y.long()

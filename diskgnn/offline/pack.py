@@ -244,13 +244,15 @@ def _default_threads() -> int:
     return max(1, min(os.cpu_count() or 1, defaults.PACK_MAX_THREADS))
 
 
-def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *, max_blowup: float | None = None,
-               chunk_bytes: int = defaults.PACK_CHUNK_BYTES, pack_memory: int = defaults.PACK_MEMORY,
-               threads: int | None = None, features: FeatureSource | None = None, recent: int = 0) -> "PackFile":
+def pack_epoch(dataset: Dataset | None, sample_file, placement: Placement, out_path, *,
+               max_blowup: float | None = None, chunk_bytes: int = defaults.PACK_CHUNK_BYTES,
+               pack_memory: int = defaults.PACK_MEMORY, threads: int | None = None,
+               features: FeatureSource | None = None, recent: int = 0) -> "PackFile":
     """Writes the packs of one sample file; returns them opened.
 
-    `features`: the rows to pack (default: features.bin as stored). `recent`:
-    leave out the cold rows one of the `recent` batches before read (served by
+    `features`: the rows to pack (default: `dataset`'s features.bin as stored; a heterogeneous graph passes a
+    node type's rows, without a dataset, and a view of its sample file whose batches' `nodes` are that type's).
+    `recent`: leave out the cold rows one of the `recent` batches before read (served by
     the store's recent-rows tier; the batches must train in file order). The native
     packer (native/packer.h) reads them once, front to back, gathering with
     `threads` threads (default: the cores, at most defaults.PACK_MAX_THREADS).
@@ -267,7 +269,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
     if threads < 1:
         raise DiskgnnError(f"threads must be at least 1, got {threads}")
     start = time.perf_counter()
-    p = plan(sample_file, placement, dataset.num_nodes, max_blowup, threads, recent)
+    p = plan(sample_file, placement, source.num_rows, max_blowup, threads, recent)
     plan_s = time.perf_counter() - start
     sizes = np.diff(p.starts)
     offsets = _bounds([padded(int(n) * row) for n in sizes])
@@ -305,7 +307,7 @@ def pack_epoch(dataset: Dataset, sample_file, placement: Placement, out_path, *,
         "shared_rows": p.shared_rows.tolist(), "segment_batches": p.segment_batches,
         "recent_batches": p.window, "recent_rows": p.recent_rows.tolist(),
         "checksums": checksums, "index_checksum": xxhash.xxh3_64_hexdigest(index),
-        "packed_rows": packed_rows, "blowup": packed_rows / dataset.num_nodes, "max_blowup": max_blowup,
+        "packed_rows": packed_rows, "blowup": packed_rows / max(1, source.num_rows), "max_blowup": max_blowup,
         "tiers": {name: int(ids.size) for name, ids in zip(placement.tier_names, placement.tier_ids)},
     }
     del p, index

@@ -4,7 +4,8 @@ Each featured type has its own reader (io_uring with O_DIRECT where the kernel h
 cache, so the budget holds what it says) and its own host tier: the rows the known future reads most, placed
 from epoch 0's sampled batches under one budget shared by every type (rows ranked by reads per byte, so a
 small hot type and a large cold one share the memory by what it saves). A batch's rows of a type come from the
-tier where held, the rest in one gather from the file.
+tier where held, the rest from the batch's region of the type's packs (offline/hetero_pack.py: one contiguous
+read) where the batches were packed, else in one gather from the file (the PyG seam's ids, not known ahead).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 import torch
 
 from ..data.hetero.format import HeteroDataset
+from ..errors import DiskgnnError
 from ..io.reader import FileReader
 
 
@@ -78,8 +80,10 @@ class TypedFeatures:
             self.readers[name].gather_rows(ids, t.row_bytes, out=out, num_rows=t.count)
         return out
 
-    def gather(self, name: str, ids: np.ndarray) -> torch.Tensor:
-        """float32 [len(ids), dim]: type `name`'s rows `ids` (duplicates allowed), tier first, then the file."""
+    def gather(self, name: str, ids: np.ndarray, packs=None, batch: int = -1) -> torch.Tensor:
+        """float32 [len(ids), dim]: type `name`'s rows `ids` (duplicates allowed), the tier's first; the rest from
+        batch `batch`'s region of `packs` (offline/hetero_pack.HeteroPacks, one contiguous read), else gathered
+        from the feature file."""
         t = self.ds.schema.type(name)
         ids = np.asarray(ids, dtype=np.int64)
         out = np.empty((ids.size, t.row_bytes), np.uint8)
@@ -93,7 +97,14 @@ class TypedFeatures:
             out[hit] = rows[at[hit]]
             miss = ~hit
             st.hits += int(hit.sum())
-        if miss.any():
+        if packs is not None:
+            pos, got = packs.read(name, batch)
+            if pos.size != int(miss.sum()) or not miss[pos].all():
+                raise DiskgnnError(f"{packs.files[name].path}: batch {batch}'s packed rows are not the rows the "
+                                   "host tier misses (packed for another placement); pack again")
+            out[pos] = got
+            st.bytes_read += got.nbytes
+        elif miss.any():
             want = ids[miss]
             got = np.empty((want.size, t.row_bytes), np.uint8)
             self.readers[name].gather_rows(want, t.row_bytes, out=got, num_rows=t.count)
@@ -101,6 +112,10 @@ class TypedFeatures:
             st.bytes_read += got.nbytes
         x = out.view(np.dtype(t.feature_dtype).newbyteorder("<")).reshape(ids.size, t.feature_dim)
         return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float32))
+
+    def held(self) -> dict[str, np.ndarray]:
+        """Per type, the sorted ids its host tier holds (what packs leave out)."""
+        return {name: ids for name, (ids, _) in self.tiers.items()}
 
     def held_bytes(self) -> int:
         return sum(ids.nbytes + rows.nbytes for ids, rows in self.tiers.values())

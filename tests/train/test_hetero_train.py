@@ -126,6 +126,51 @@ def test_typed_features_match_numpy(tmp_path, budget_rows):
     f.close()
 
 
+@pytest.mark.parametrize("tier_rows", [0, 3, 10**6])
+def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
+    """Rows read from an epoch's per-type packs equal numpy indexing of each type's features: awkward batches (one
+    seed each; terms of 4097 floats; batches with no term at all), host tiers of none, some, all."""
+    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.errors import DiskgnnError
+    from diskgnn.offline.hetero_pack import pack_hetero
+    from diskgnn.offline.hetero_sample import HeteroGraph, sample_hetero_epoch
+    from diskgnn.store.typed import TypedFeatures
+
+    ds = open_hetero(hds)
+    fanouts = relation_fanouts("tags=1/cites=2", ds.schema)  # terms only where the seed has a tag
+    samples = sample_hetero_epoch(ds, HeteroGraph(ds), tmp_path / "e.samples", fanouts=fanouts, batch_size=1, seed=1,
+                                  epoch=0)
+    f = TypedFeatures(ds)
+    f.place({t: np.ones(ds.schema.type(t).count, np.int64) for t in ("paper", "term")},
+            tier_rows * (4097 * 4 + 8))
+    packs, stats = pack_hetero(ds, samples, f.held(), tmp_path, "e", pack_memory=64 << 20, threads=2)
+    names = [t.name for t in ds.schema.types]
+    empty = 0
+    for b in range(len(samples)):
+        batch = samples[b]
+        for name in ("paper", "term"):
+            ids = batch.nodes[names.index(name)]
+            empty += ids.size == 0
+            want = np.asarray(ds.features(name))[ids]
+            np.testing.assert_array_equal(f.gather(name, ids, packs, b).numpy(), want)
+    assert empty > 0 and len(samples) == 100
+    packed = sum(int(p.rows.sum()) * p.row_bytes for p in packs.files.values())
+    assert sum(st.bytes_read for st in f.stats.values()) == packed
+    assert (packed == 0) == (tier_rows == 10**6) and stats["bytes_written"] >= packed
+    if packed:
+        name, p = next((n, p) for n, p in packs.files.items() if p.rows.sum())
+        b = int(np.flatnonzero(p.rows)[0])
+        with open(p.path, "r+b") as fh:
+            fh.seek(p.region(b)[0])
+            fh.write(bytes([fh.read(1)[0] ^ 1]))
+        with pytest.raises(DiskgnnError, match=f"{p.path}: region {b}'s packed rows fail their checksum"):
+            f.gather(name, samples[b].nodes[names.index(name)], packs, b)
+    packs.delete()
+    assert not list(tmp_path.glob("e.*.packs*"))
+    f.close()
+
+
 def train(data, workdir, *extra):
     proc = run_module("diskgnn.train", "--data", data, "--workdir", workdir, "--no-progress", "--hidden", "16",
                       "--batch-size", "23", "--memory-budget", "1GiB", *extra)
@@ -140,7 +185,8 @@ def test_trains_and_learns(hds, tmp_path):
                          "cites=5,writes=3,tags=2/4")
     assert summary["heterogeneous"] and summary["test_acc"] > 0.6, out  # 3 classes: chance is a third
     assert "plan: heterogeneous" in out and "reader " in out
-    assert summary["features"]["paper"]["rows"] > 0
+    assert summary["features"]["paper"]["rows"] > 0 and summary["offline"]["pack_bytes_written"] > 0
+    assert not list((tmp_path / "w" / "epochs").iterdir())  # each epoch's samples and packs deleted once trained
     summary, _ = train(hds, tmp_path / "r", "--epochs", "2", "--model", "rgcn", "--bases", "2", "--featureless",
                        "hashed", "--precision", "bf16", "--eval", "full")
     assert summary["precision"] == "bf16" and 0 <= summary["test_acc"] <= 1
@@ -180,6 +226,7 @@ def test_resume_after_kill_is_exact(hds, tmp_path):
     (["--model", "gat"], "--model gat: heterogeneous graphs train sage or rgcn"),
     (["--features", "sq8"], "--features sq8: quantized rows per node type"),
     (["--fanouts", "nope=3"], "--fanouts: 'nope' is not a relation of this graph"),
+    (["--max-blowup", "1.5"], "--max-blowup 1.5: heterogeneous packs"),
     (["--memory-budget", "300MiB"], "--memory-budget 300MiB: the run needs about"),
 ])
 def test_refusals_are_one_line(hds, tmp_path, flags, match):

@@ -31,5 +31,11 @@ def refuse(cfg, ds) -> None:
     if cfg.embeddings:
         raise UsageError("--embeddings: featureless node types of a heterogeneous graph get theirs from --featureless "
                          "(learned or hashed)")
+    if cfg.max_blowup is not None:
+        raise UsageError(f"--max-blowup {cfg.max_blowup:g}: heterogeneous packs store each batch's cold rows per type; "
+                         "segments that share rows are not built for them")
+    if cfg.recent_batches != "auto":
+        raise UsageError(f"--recent-batches {cfg.recent_batches}: the recent-rows tier serves dependent batches, "
+                         "which heterogeneous graphs do not sample")
     if cfg.bases < 0:
         raise UsageError(f"--bases {cfg.bases}: must be 0 (a full matrix per relation) or more")

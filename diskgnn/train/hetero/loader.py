@@ -9,8 +9,8 @@
 `diskgnn.Loader(data)` returns one of these when `data` is a heterogeneous dataset. Constructing it checks the
 options as `python -m diskgnn.train` does; opening it locks the workdir, samples epoch 0, makes the plan (the
 model options size it: hidden, model, featureless) and fills the typed host tier. `epoch(e)` yields its batches
-while e + 1 is sampled in the background; `evaluation(split)` the val or test batches (with --eval-fanouts, or
-every neighbour under eval="full").
+while e + 1 is sampled and packed in the background (asking for it deletes the files of the epoch before);
+`evaluation(split)` the val or test batches (with --eval-fanouts, or every neighbour under eval="full").
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ class HeteroLoader:
         self.run = HeteroRun(self.cfg, log=log)
         self.schema, self.fanouts = self.run.schema, self.run.fanouts
         self._open = False
+        self._files = None  # the epoch last asked for, deleted when the next one is
 
     def open(self) -> "HeteroLoader":
         if not self._open:
@@ -38,9 +39,11 @@ class HeteroLoader:
     def epoch(self, epoch: int, start: int = 0):
         """Epoch `epoch`'s batches from batch `start` on, as HeteroMiniBatches on the run's device."""
         self.open()
-        samples = self.run.epoch_file(epoch)
+        if self._files is not None:
+            self.run.finished(self._files)
+        self._files = self.run.epoch_file(epoch)
         self.run.prepare_next(epoch + 1)
-        return self.run.passes(samples, self.run.fanouts, start)
+        return self.run.passes(self._files, self.run.fanouts, start)
 
     def evaluation(self, split: str):
         self.open()
@@ -55,6 +58,8 @@ class HeteroLoader:
         return {name: vars(st) for name, st in self.run.features.stats.items()}
 
     def close(self) -> None:
+        if self._files is not None:
+            self._files.packs.close()
         self.run.close()
 
     def __enter__(self) -> "HeteroLoader":

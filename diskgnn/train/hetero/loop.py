@@ -59,16 +59,16 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
     for epoch in range(position.epoch, cfg.epochs):
         raise_if_interrupted()
         s = position if position.epoch == epoch else EpochState(epoch)
-        samples = run.epoch_file(epoch)
+        files = run.epoch_file(epoch)
         run.prepare_next(epoch + 1)
         model.train()
         model.reseed(np.random.SeedSequence([cfg.seed, 17, epoch]))
         if s.dropout_rng is not None:
             model.dropout_state = s.dropout_rng
         start, saved = time.perf_counter() - s.elapsed_s, time.monotonic()
-        bar = tqdm(total=len(samples), initial=s.next_batch, desc=f"epoch {epoch}", unit="batch",
+        bar = tqdm(total=len(files), initial=s.next_batch, desc=f"epoch {epoch}", unit="batch",
                    disable=not cfg.progress, dynamic_ncols=True)
-        for i, mb in enumerate(run.passes(samples, run.fanouts, s.next_batch), start=s.next_batch):
+        for i, mb in enumerate(run.passes(files, run.fanouts, s.next_batch), start=s.next_batch):
             optimizer.zero_grad(set_to_none=True)
             loss = run.loss(model, mb)
             loss.backward()
@@ -77,7 +77,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
             s.seen += mb.num_seeds
             s.next_batch = i + 1
             bar.update(1)
-            if interval is not None and s.next_batch < len(samples) and (
+            if interval is not None and s.next_batch < len(files) and (
                     s.next_batch % interval[1] == 0 if interval[0] == "batches"
                     else time.monotonic() - saved >= interval[1]):
                 s.elapsed_s, s.dropout_rng = time.perf_counter() - start, model.dropout_state
@@ -97,7 +97,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
             best = {"val_acc": history["val_acc_per_epoch"][-1], "epoch": epoch}
             checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
         save_last(EpochState(epoch + 1))
-        run.finished(epoch)
+        run.finished(files)
     if best["epoch"] >= 0:
         model.load_state_dict(checkpoints.load("best")["model"])
     test = run.evaluate(model, "test")
@@ -121,7 +121,7 @@ def _summary(cfg, run: HeteroRun, memory: AnonPeak, history: dict, best: dict, t
         "plan": run.plan,
         "features": stats,
         "disk_bytes": int(sum(st["bytes_read"] for st in stats.values())),
-        "sample_s": run.sample_s,
+        "offline": run.offline,
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_anon_bytes": memory.peak_bytes,
         "resumed": resumed,

@@ -4,14 +4,18 @@ step and the evaluation. The epochs, checkpoints and summary are loop.py's.
 The plan splits --memory-budget as the homogeneous one does: the process's base, the model with its optimizer
 state (learned tables of featureless types included), the target type's labels, the working set of the largest
 batch epoch 0 sampled (its raw rows, their float32 copies and the step's activations, times the batches in
-flight), and what is left to the host tier of typed feature rows (half of it, under --host-cache auto), placed
-from epoch 0's reads.
+flight), the packer (its buffers and its plan of an epoch's rows), and what is left to the host tier of typed
+feature rows (half of it, under --host-cache auto), placed from epoch 0's reads. Every epoch, and each eval set
+once, is sampled and then packed per type (offline/hetero_pack.py), the next epoch in the background while one
+trains; the plan checks the disk the two epochs' and the eval sets' files take at once.
 """
 
 from __future__ import annotations
 
+import shutil
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,19 +29,31 @@ from ...data.files import guard_io
 from ...errors import DiskgnnError, UsageError
 from ...loading.hetero import hetero_pass
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
+from ...offline.hetero_pack import HeteroPacks, pack_hetero
 from ...offline.hetero_sample import HeteroGraph, HeteroSampleFile, sample_hetero_epoch
 from ...store.typed import TypedFeatures
 from ...units import format_size, parse_size
 from ..workdir import hold_workdir
 from ..options import save
+from ..plan import disk_copies
 from ..tasks.base import EVAL_EPOCH
 from .checks import refuse
 
 
-def _done(value) -> Future:
-    f = Future()
-    f.set_result(value)
-    return f
+@dataclass
+class HeteroFiles:
+    """An epoch's (or an eval set's) sample file and its packs."""
+
+    samples: HeteroSampleFile
+    packs: HeteroPacks
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def delete(self) -> None:
+        self.packs.delete()
+        for path in (self.samples.path, self.samples.path.with_suffix(".json")):
+            path.unlink(missing_ok=True)
 
 
 def _hop_text(schema, hop) -> str:
@@ -74,10 +90,12 @@ class HeteroRun:
         self.features = TypedFeatures(self.ds, cfg.backend)
         self.budget = parse_size(cfg.memory_budget, "--memory-budget")
         self.threads = cfg.threads or None
-        self._lock, self._next = None, None
+        self._lock, self._next, self._epoch0 = None, None, None
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="diskgnn-hetero-epochs")
         self.plan: dict = {}
-        self._eval_files: dict[str, HeteroSampleFile] = {}  # sampled once, on first use
+        self.pack_memory = defaults.PACK_MEMORY
+        self.offline = {"sample_s": 0.0, "pack_s": 0.0, "pack_bytes_written": 0}
+        self._eval_files: dict[str, HeteroFiles] = {}  # sampled and packed once, on first use
 
     def say(self, line: str) -> None:
         if self.log is not None:
@@ -102,11 +120,8 @@ class HeteroRun:
             for t in s.types) + f"; {len(s.relations)} relations, {self.ds.num_edges:,} edges; target {s.target}, "
             f"{s.num_classes} classes{' (multi-label)' if s.multilabel else ''}; {cfg.model} x {len(self.fanouts)} "
             f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
-        start = time.perf_counter()
-        epoch0 = self._sample(0)
-        self.sample_s = time.perf_counter() - start
-        self._plan(model, epoch0)
-        self._next = (0, _done(epoch0))  # what epoch 0 trains on (a run resumed later deletes it unread)
+        self._epoch0 = self._sample(0)  # what epoch 0 trains on (a run resumed later deletes it unread)
+        self._plan(model, self._epoch0)
         return self
 
     def _plan(self, model: HeteroGNN, epoch0: HeteroSampleFile) -> None:
@@ -114,7 +129,7 @@ class HeteroRun:
         base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device.type == "cuda" else 0)
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
-        counts = {t.name: np.zeros(t.count, np.int64) for t in s.types if t.feature_dim}
+        counts = {t.name: np.zeros(t.count, np.int32) for t in s.types if t.feature_dim}
         rows_max = step_max = 0
         for b in range(len(epoch0)):
             batch = epoch0[b]
@@ -122,74 +137,114 @@ class HeteroRun:
             for t, ty in enumerate(s.types):
                 ids = batch.nodes[t]
                 if ty.name in counts:
-                    np.add.at(counts[ty.name], ids, 1)
+                    counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
                     rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
             rows += sum(int(blk.indices.size) * 40 for hop in batch.blocks for blk in hop)  # its block tensors
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
         # the batches in flight hold their rows and blocks; one step at a time holds its activations
         working = rows_max * (defaults.READ_DEPTH + 2) + step_max
-        left = self.budget - base - model_bytes - self.labels.nbytes - working
+        reads = {name: int(c.sum()) for name, c in counts.items()}
+        # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
+        plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(reads.values(), default=0) * defaults.DISK_HEADROOM
+        left = self.budget - base - model_bytes - self.labels.nbytes - working - int(plan_rows)
+        self.pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
+        left -= self.pack_memory if reads else 0
         if left < 0:
             raise DiskgnnError(f"--memory-budget {cfg.memory_budget}: the run needs about "
                                f"{format_size(self.budget - left)} (base {format_size(base)}, model and optimizer "
                                f"{format_size(model_bytes)}, working set {format_size(working)}: "
-                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight): raise it, or "
-                               "lower --batch-size or --fanouts")
+                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight; the packer "
+                               f"{format_size(self.pack_memory + plan_rows)}): raise it, or lower --batch-size or "
+                               "--fanouts")
         tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
         placed = self.features.place(counts, tier)
-        reads = {name: int(c.sum()) for name, c in counts.items()}
-        hits = {name: int(np.sort(c)[::-1][:placed.get(name, 0)].sum()) for name, c in counts.items()}
+        held = self.features.held()
+        hits = {name: int(c[held[name]].sum()) if name in held else 0 for name, c in counts.items()}
+        pack_bytes = sum((reads[t.name] - hits[t.name]) * t.row_bytes + 4096 * len(epoch0)
+                         for t in s.types if t.name in reads)
+        copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")))
+        disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM)
+        free = shutil.disk_usage(self.workdir).free + self._held_on_disk()
+        if disk > free:
+            raise DiskgnnError(f"{self.workdir}: needs ~{format_size(disk)} of disk for samples and packs "
+                               f"({copies:.2f} epochs' at once), {format_size(free)} free (use --workdir "
+                               "elsewhere, raise --host-cache or --memory-budget, or lower --eval-max-batches)")
         self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
-                     "working_set_bytes": working, "host_tier_bytes": self.features.held_bytes(),
-                     "host_tier_rows": placed, "expected_hit_rate": {n: hits[n] / max(1, reads[n]) for n in reads},
+                     "working_set_bytes": working, "pack_memory_bytes": self.pack_memory + int(plan_rows),
+                     "host_tier_bytes": self.features.held_bytes(), "host_tier_rows": placed,
+                     "expected_hit_rate": {n: hits[n] / max(1, reads[n]) for n in reads},
+                     "packs_bytes_per_epoch": pack_bytes, "disk_needed": disk, "disk_free": free,
                      "backend": self.features.backend_name}
         self.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and optimizer "
                  f"{format_size(model_bytes)}, working set {format_size(working)}, host tier "
                  f"{format_size(self.features.held_bytes())} ("
                  + ", ".join(f"{n} {placed.get(n, 0):,} rows, {hits[n] / max(1, reads[n]):.0%} of epoch 0's reads"
-                             for n in reads) + f"); reader {self.features.backend_name}")
+                             for n in reads) + f"), packer {format_size(self.pack_memory + plan_rows)}; disk "
+                 f"{format_size(disk)} at once ({format_size(pack_bytes)} of packs an epoch), {format_size(free)} "
+                 f"free; reader {self.features.backend_name}")
 
-    def epoch_file(self, epoch: int) -> HeteroSampleFile:
-        """Epoch `epoch`'s samples: made in the background while the one before trained, else now."""
+    def _held_on_disk(self) -> int:
+        """Bytes of earlier runs' epoch and eval files in the workdir, which this run replaces."""
+        return sum(f.stat().st_size for d in ("epochs", "eval") if (self.workdir / d).is_dir()
+                   for f in (self.workdir / d).iterdir() if f.is_file() and f != self._epoch0.path)
+
+    def epoch_file(self, epoch: int) -> HeteroFiles:
+        """Epoch `epoch`'s samples and packs: made in the background while the one before trained, else now."""
         if self._next is not None and self._next[0] == epoch:
             done = self._next[1].result()
             self._next = None
             return done
-        return self._sample(epoch)
+        epoch0, self._epoch0 = self._epoch0, None
+        if epoch0 is not None and epoch != 0:  # made for the plan, unused on --resume
+            for path in (epoch0.path, epoch0.path.with_suffix(".json")):
+                path.unlink(missing_ok=True)
+        return self._files(epoch, epoch0 if epoch == 0 else None)
 
     def _sample(self, epoch: int) -> HeteroSampleFile:
         path = self.workdir / "epochs" / f"epoch-{epoch:05d}.samples"
+        return self._sampled(path, fanouts=self.fanouts, epoch=epoch, max_batches=self.cfg.max_batches)
+
+    def _sampled(self, path: Path, **kwargs) -> HeteroSampleFile:
         guard_io(path.parent, lambda: path.parent.mkdir(parents=True, exist_ok=True))
-        return sample_hetero_epoch(self.ds, self.graph, path, fanouts=self.fanouts, batch_size=self.cfg.batch_size,
-                                   seed=self.cfg.seed, epoch=epoch, threads=self.threads,
-                                   max_batches=self.cfg.max_batches)
+        start = time.perf_counter()
+        samples = sample_hetero_epoch(self.ds, self.graph, path, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
+                                      threads=self.threads, **kwargs)
+        self.offline["sample_s"] += time.perf_counter() - start
+        return samples
+
+    def _files(self, epoch: int, samples: HeteroSampleFile | None = None) -> HeteroFiles:
+        return self._packed(samples or self._sample(epoch), f"epoch-{epoch:05d}")
+
+    def _packed(self, samples: HeteroSampleFile, name: str) -> HeteroFiles:
+        start = time.perf_counter()
+        packs, stats = pack_hetero(self.ds, samples, self.features.held(), samples.path.parent, name,
+                                   pack_memory=self.pack_memory, threads=self.threads, backend=self.cfg.backend)
+        self.offline["pack_s"] += time.perf_counter() - start
+        self.offline["pack_bytes_written"] += int(stats.get("bytes_written", 0))
+        return HeteroFiles(samples, packs)
 
     def prepare_next(self, epoch: int) -> None:
-        if self._next is not None and self._next[0] < epoch:  # epoch 0's, made for the plan, unused on --resume
-            self.finished(self._next[0])
-            self._next = None
+        """Starts sampling and packing `epoch` in the background (while the one before trains)."""
         if epoch < self.cfg.epochs and self._next is None:
-            self._next = (epoch, self._pool.submit(self._sample, epoch))
+            self._next = (epoch, self._pool.submit(self._files, epoch))
 
-    def finished(self, epoch: int) -> None:
-        (self.workdir / "epochs" / f"epoch-{epoch:05d}.samples").unlink(missing_ok=True)
-        (self.workdir / "epochs" / f"epoch-{epoch:05d}.json").unlink(missing_ok=True)
+    def finished(self, files: HeteroFiles) -> None:
+        """Deletes a trained epoch's files: at most two epochs' are on disk at once."""
+        files.delete()
 
-    def passes(self, samples: HeteroSampleFile, fanouts, start: int = 0):
-        return hetero_pass(samples, self.features, self.labels, fanouts, multilabel=self.schema.multilabel,
-                           device=self.device, start=start)
+    def passes(self, files: HeteroFiles, fanouts, start: int = 0):
+        return hetero_pass(files.samples, self.features, self.labels, fanouts, multilabel=self.schema.multilabel,
+                           device=self.device, start=start, packs=files.packs)
 
-    def eval_file(self, split: str) -> HeteroSampleFile:
-        path = self.workdir / "eval" / f"{split}.samples"
-        guard_io(path.parent, lambda: path.parent.mkdir(parents=True, exist_ok=True))
+    def eval_file(self, split: str) -> HeteroFiles:
         ids = np.asarray(self.ds.split(split))
-        return sample_hetero_epoch(self.ds, self.graph, path, fanouts=self.eval_fanouts,
-                                   batch_size=self.cfg.batch_size, seed=self.cfg.seed, epoch=EVAL_EPOCH[split],
-                                   seeds=ids, threads=self.threads, max_batches=self.cfg.eval_max_batches)
+        samples = self._sampled(self.workdir / "eval" / f"{split}.samples", fanouts=self.eval_fanouts,
+                                epoch=EVAL_EPOCH[split], seeds=ids, max_batches=self.cfg.eval_max_batches)
+        return self._packed(samples, split)
 
     def eval_pass(self, split: str):
-        """The split's batches (sampled once, with the eval fanouts)."""
+        """The split's batches (sampled and packed once, with the eval fanouts)."""
         if split not in self._eval_files:
             self._eval_files[split] = self.eval_file(split)
         return self.passes(self._eval_files[split], self.eval_fanouts)
@@ -236,8 +291,10 @@ class HeteroRun:
 
     def close(self) -> None:
         if self._next is not None:
-            self._next[1].result()
+            self._next[1].result().packs.close()
         self._pool.shutdown()
+        for files in self._eval_files.values():
+            files.packs.close()
         self.features.close()
         if self._lock is not None:
             self._lock.close()
