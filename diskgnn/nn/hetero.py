@@ -12,9 +12,10 @@ L-1-l: every type's new representation from its relations' neighbour means.
   h'_v = W_0 h_v + sum_r W_r mean_{u in N_r(v)} h_u + b, with W_r = sum_b a_rb V_b over `bases` shared
   matrices (0: one full matrix per relation).
 
-Types without features get a learned table (`featureless="learned"`, in memory) or a fixed vector per node
-hashed from (type, id) (`"hashed"`: a fixed random projection of the node's one-hot id, no memory, no
-training). A type that no relation reaches at a hop keeps its own row through a linear map, so no node a
+Types without features get a learned table (`featureless="learned"`, in memory), rows the caller passes in `x`
+as it does features (`"table"`: a learnable table out of core, train/hetero/tables.py, `hidden` values a row) or
+a fixed vector per node hashed from (type, id) (`"hashed"`: a fixed random projection of the node's one-hot id,
+no memory, no training). A type that no relation reaches at a hop keeps its own row through a linear map, so no node a
 later layer needs is dropped.
 """
 
@@ -30,7 +31,7 @@ from ..hashing import mix64, unit_interval
 from .dropout import Dropout, ReseededDropout
 
 HETERO_MODELS = ("sage", "rgcn")
-FEATURELESS = ("learned", "hashed")
+FEATURELESS = ("learned", "table", "hashed")
 RELATION_AGGR = ("sum", "mean")
 
 
@@ -124,11 +125,13 @@ class HeteroGNN(ReseededDropout, nn.Module):
         self.dropout = Dropout(dropout)
 
     def inputs(self, x: dict[str, torch.Tensor], nodes: dict[str, np.ndarray], device) -> dict[str, torch.Tensor]:
-        """Every type's input rows: its features (`x`), or its learned or hashed rows by node id."""
+        """Every type's input rows: its features or table rows (`x`), or its learned or hashed rows by node id."""
         h = {}
         for i, t in enumerate(self.schema.types):
             if t.name in x:
                 h[t.name] = x[t.name]
+            elif self.featureless == "table":
+                raise ValueError(f"featureless='table': type {t.name}'s rows are missing from x")
             elif t.name in self.embeddings:
                 ids = torch.as_tensor(np.array(nodes[t.name], dtype=np.int64), device=device)
                 h[t.name] = self.embeddings[t.name](ids)

@@ -27,6 +27,25 @@ class TypeStats:
     bytes_read: int = 0  # from the file
 
 
+def densest(counts: dict[str, np.ndarray], costs: dict[str, int], budget: int) -> dict[str, np.ndarray]:
+    """Per type, the sorted ids of the rows read most per byte (`counts[type]`: reads per row; `costs[type]`: a
+    held row's bytes), taken densest first across the types until `budget` bytes are spent."""
+    cands = []
+    for name, c in counts.items():
+        ids = np.flatnonzero(c)
+        keep = ids[np.argsort(-c[ids], kind="stable")][: max(0, budget // costs[name])]
+        cands.append((name, keep, c[keep] / costs[name], costs[name]))
+    if not cands:
+        return {}
+    value = np.concatenate([v for _, _, v, _ in cands])
+    cost = np.concatenate([np.full(k.size, b) for _, k, _, b in cands])
+    bounds = np.cumsum([0] + [k.size for _, k, _, _ in cands])
+    rank = np.argsort(-value, kind="stable")
+    taken = rank[np.cumsum(cost[rank]) <= budget]  # densest first: what a byte of the tier saves
+    return {name: np.sort(keep[taken[(taken >= bounds[i]) & (taken < bounds[i + 1])] - bounds[i]])
+            for i, (name, keep, _, _) in enumerate(cands)}
+
+
 @dataclass
 class TypedFeatures:
     """Per featured type: its reader, its host tier (sorted ids and their rows) and its counters."""
@@ -48,30 +67,18 @@ class TypedFeatures:
         r = next(iter(self.readers.values()), None)
         return "none" if r is None else r.backend + (" + O_DIRECT" if r.direct else "")
 
-    def place(self, counts: dict[str, np.ndarray], budget: int) -> dict[str, int]:
+    def place(self, counts: dict[str, np.ndarray], budget: int, tables: dict[str, int] | None = None) -> dict:
         """Fills the host tiers with the most-read rows per byte (`counts[type]`: reads per row in the known
-        future) within `budget` bytes (each held row costs its bytes and its 8-byte id); returns rows per type."""
-        cands = []
-        for t in self.ds.schema.types:
-            if t.name not in self.readers or t.name not in counts:
-                continue
-            c = counts[t.name]
-            ids = np.flatnonzero(c)
-            keep = ids[np.argsort(-c[ids], kind="stable")][: max(0, budget // (t.row_bytes + 8))]
-            cands.append((t.name, keep, c[keep] / (t.row_bytes + 8), t.row_bytes + 8))
-        if not cands:
-            return {}
-        value = np.concatenate([v for _, _, v, _ in cands])
-        cost = np.concatenate([np.full(k.size, b) for _, k, _, b in cands])
-        bounds = np.cumsum([0] + [k.size for _, k, _, _ in cands])
-        rank = np.argsort(-value, kind="stable")
-        taken = rank[np.cumsum(cost[rank]) <= budget]  # densest first: what a byte of the tier saves
-        placed = {}
-        for i, (name, keep, _, _) in enumerate(cands):
-            ids = np.sort(keep[taken[(taken >= bounds[i]) & (taken < bounds[i + 1])] - bounds[i]])
-            self.tiers[name] = (ids, self._read(name, ids))
-            placed[name] = int(ids.size)
-        return placed
+        future) within `budget` bytes (each held row costs its bytes and its 8-byte id), ranked together with the
+        hot rows of learnable tables (`tables[type]`: a held row's bytes); returns the ids chosen per type (the
+        tables' to be placed by their owner)."""
+        costs = {t.name: t.row_bytes + 8 for t in self.ds.schema.types if t.name in self.readers}
+        costs.update(tables or {})
+        chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, budget)
+        for name, ids in chosen.items():
+            if name in self.readers:
+                self.tiers[name] = (ids, self._read(name, ids))
+        return chosen
 
     def _read(self, name: str, ids: np.ndarray) -> np.ndarray:
         t = self.ds.schema.type(name)

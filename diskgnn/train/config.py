@@ -156,8 +156,10 @@ class TrainConfig:
         "help": "embeddings, link: MariusGNN's order: the table in P (2-64) partitions, as many as --embedding-cache "
                 "holds in memory at once, each batch's edges, negatives and neighbours among them (0: row by row)"})
     featureless: str = field(default="learned", metadata={
-        "help": "heterogeneous: node types without features get a learned row each (in memory) or a fixed one "
-                "hashed from the node's id (hashed: no memory)", "choices": ("learned", "hashed")})
+        "help": "heterogeneous: node types without features get a learned row each (learned: in memory; table: "
+                "the --embeddings store per type, on disk with its optimizer state, hot rows in memory, "
+                "--embedding-optimizer, --embedding-lr) or a fixed one hashed from the node's id (hashed: no memory)",
+        "choices": ("learned", "table", "hashed")})
     bases: int = field(default=0, metadata={
         "help": "rgcn: relation matrices as combinations of this many shared bases (0: one matrix per relation)"})
     relation_aggr: str = field(default="sum", metadata={

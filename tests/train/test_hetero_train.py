@@ -207,9 +207,24 @@ def test_multilabel(tmp_path):
     assert {"val_micro_f1", "test_micro_f1", "test_macro_f1"} <= set(summary) and "val micro_f1" in out
 
 
-def test_resume_after_kill_is_exact(hds, tmp_path):
+def test_table_rows_out_of_core_equal_in_memory(hds, tmp_path):
+    """--featureless table: the authors' rows learned in the out-of-core store train to the same losses whether
+    the host tier holds none of them (every row read and written back through the file) or all of them; and the
+    model learns."""
+    args = ("--epochs", "3", "--lr", "0.005", "--fanouts", "4,4", "--featureless", "table", "--dropout", "0")
+    cold, out = train(hds, tmp_path / "cold", *args, "--host-cache", "0")
+    hot, _ = train(hds, tmp_path / "hot", *args, "--host-cache", "64MiB")
+    assert cold["embeddings"]["author"]["hot_rows"] == 0 and cold["embeddings"]["author"]["rows_disk"] > 0
+    assert hot["embeddings"]["author"]["hot_rows"] > 0 and "author table" in out
+    assert cold["embeddings"]["author"]["bytes_written"] > 0
+    np.testing.assert_allclose(cold["train_loss"], hot["train_loss"], rtol=1e-5)
+    assert cold["train_loss"][-1] < cold["train_loss"][0] and cold["test_acc"] == hot["test_acc"] > 0.6
+
+
+@pytest.mark.parametrize("featureless", ["learned", "table"])
+def test_resume_after_kill_is_exact(hds, tmp_path, featureless):
     args = ["--data", hds, "--no-progress", "--hidden", "16", "--batch-size", "7", "--epochs", "2",
-            "--checkpoint-every", "3", "--memory-budget", "1GiB"]
+            "--checkpoint-every", "3", "--memory-budget", "1GiB", "--featureless", featureless, "--host-cache", "0"]
     whole, _ = train(hds, tmp_path / "a", *args[2:])
     work = tmp_path / "b"
     argv = [sys.executable, "-m", "diskgnn.train", *map(str, args), "--workdir", str(work)]
@@ -227,6 +242,7 @@ def test_resume_after_kill_is_exact(hds, tmp_path):
     (["--features", "sq8"], "--features sq8: quantized rows per node type"),
     (["--fanouts", "nope=3"], "--fanouts: 'nope' is not a relation of this graph"),
     (["--max-blowup", "1.5"], "--max-blowup 1.5: heterogeneous packs"),
+    (["--embeddings", "8"], "--embeddings: featureless node types of a heterogeneous graph get theirs"),
     (["--memory-budget", "300MiB"], "--memory-budget 300MiB: the run needs about"),
 ])
 def test_refusals_are_one_line(hds, tmp_path, flags, match):

@@ -30,7 +30,13 @@ def refuse(cfg, ds) -> None:
         raise UsageError(f"--sampling {cfg.sampling}: heterogeneous graphs sample offline, an epoch ahead")
     if cfg.embeddings:
         raise UsageError("--embeddings: featureless node types of a heterogeneous graph get theirs from --featureless "
-                         "(learned or hashed)")
+                         "(table: the same store, out of core, per type; learned; hashed)")
+    if cfg.embedding_partitions:
+        raise UsageError(f"--embedding-partitions {cfg.embedding_partitions}: MariusGNN's buffer order is built for "
+                         "link prediction on homogeneous graphs")
+    if cfg.embedding_cache != "auto":
+        raise UsageError(f"--embedding-cache {cfg.embedding_cache}: a heterogeneous run's tables keep their hot rows "
+                         "in its one host tier, ranked with the feature rows; size it with --host-cache")
     if cfg.max_blowup is not None:
         raise UsageError(f"--max-blowup {cfg.max_blowup:g}: heterogeneous packs store each batch's cold rows per type; "
                          "segments that share rows are not built for them")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ...errors import UsageError
 from ..options import from_options
 from .run import HeteroRun
 
@@ -25,6 +26,9 @@ class HeteroLoader:
     def __init__(self, data=None, *, config=None, log: Callable[[str], None] | None = print, **options):
         self.cfg = config if config is not None else from_options(data=None if data is None else str(data),
                                                                    **options)
+        if self.cfg.featureless == "table":
+            raise UsageError("featureless='table': the tables train inside python -m diskgnn.train (their rows are "
+                             "stepped after each backward pass); a Loader's own loop takes learned or hashed rows")
         self.run = HeteroRun(self.cfg, log=log)
         self.schema, self.fanouts = self.run.schema, self.run.fanouts
         self._open = False

@@ -51,9 +51,14 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
         history, best, position = state["history"], state["best"], EpochState(**state["position"])
         run.say(f"plan: --resume: from {checkpoints.path('last')}: training goes on at epoch {position.epoch}, "
                 f"batch {position.next_batch}")
+    run.open_tables(None if state is None else state.get("embeddings", {}))
 
     def save_last(s: EpochState) -> None:
-        checkpoints.save("last", training_state(model, optimizer, s, history, best, cfg.to_dict(), accounting))
+        # the tables on disk as of this checkpoint first; their journals restart once it is saved
+        tables = run.tables.flush()
+        checkpoints.save("last", {**training_state(model, optimizer, s, history, best, cfg.to_dict(), accounting),
+                                  "embeddings": tables})
+        run.tables.committed()
 
     interval = cfg.checkpoint_interval
     for epoch in range(position.epoch, cfg.epochs):
@@ -70,8 +75,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
                    disable=not cfg.progress, dynamic_ncols=True)
         for i, mb in enumerate(run.passes(files, run.fanouts, s.next_batch), start=s.next_batch):
             optimizer.zero_grad(set_to_none=True)
-            loss = run.loss(model, mb)
-            loss.backward()
+            loss = run.train_step(model, mb)
             optimizer.step()
             s.loss_sum += float(loss.detach()) * mb.num_seeds
             s.seen += mb.num_seeds
@@ -98,7 +102,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
             checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
         save_last(EpochState(epoch + 1))
         run.finished(files)
-    if best["epoch"] >= 0:
+    if best["epoch"] >= 0 and not run.tables:  # the tables are the last epoch's: so is the model to test with them
         model.load_state_dict(checkpoints.load("best")["model"])
     test = run.evaluate(model, "test")
     return _summary(cfg, run, memory, history, best, test, state is not None, time.monotonic() - started)
@@ -120,6 +124,7 @@ def _summary(cfg, run: HeteroRun, memory: AnonPeak, history: dict, best: dict, t
         "precision": "bf16" if run.bf16 else "fp32",
         "plan": run.plan,
         "features": stats,
+        **({"embeddings": run.tables.stats()} if run.tables else {}),
         "disk_bytes": int(sum(st["bytes_read"] for st in stats.values())),
         "offline": run.offline,
         "peak_rss_bytes": peak_rss_bytes(),

@@ -4,8 +4,9 @@ step and the evaluation. The epochs, checkpoints and summary are loop.py's.
 The plan splits --memory-budget as the homogeneous one does: the process's base, the model with its optimizer
 state (learned tables of featureless types included), the target type's labels, the working set of the largest
 batch epoch 0 sampled (its raw rows, their float32 copies and the step's activations, times the batches in
-flight), the packer (its buffers and its plan of an epoch's rows), and what is left to the host tier of typed
-feature rows (half of it, under --host-cache auto), placed from epoch 0's reads. Every epoch, and each eval set
+flight), the packer (its buffers and its plan of an epoch's rows), the out-of-core tables' own memory
+(--featureless table, tables.py), and what is left to the host tier (half of it, under --host-cache auto): typed
+feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte. Every epoch, and each eval set
 once, is sampled and then packed per type (offline/hetero_pack.py), the next epoch in the background while one
 trains; the plan checks the disk the two epochs' and the eval sets' files take at once.
 """
@@ -38,6 +39,7 @@ from ..options import save
 from ..plan import disk_copies
 from ..tasks.base import EVAL_EPOCH
 from .checks import refuse
+from .tables import HeteroTables
 
 
 @dataclass
@@ -88,6 +90,8 @@ class HeteroRun:
         self.labels = np.asarray(self.ds.labels)
         self.graph = HeteroGraph(self.ds)
         self.features = TypedFeatures(self.ds, cfg.backend)
+        self.tables = HeteroTables(cfg, schema, self.workdir)
+        self._hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
         self.budget = parse_size(cfg.memory_budget, "--memory-budget")
         self.threads = cfg.threads or None
         self._lock, self._next, self._epoch0 = None, None, None
@@ -129,7 +133,9 @@ class HeteroRun:
         base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device.type == "cuda" else 0)
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
-        counts = {t.name: np.zeros(t.count, np.int32) for t in s.types if t.feature_dim}
+        table_types = {t.name for t in self.tables.types}
+        counts = {t.name: np.zeros(t.count, np.int32) for t in s.types if t.feature_dim or t.name in table_types}
+        table_rows = dict.fromkeys(table_types, 0)
         rows_max = step_max = 0
         for b in range(len(epoch0)):
             batch = epoch0[b]
@@ -138,49 +144,64 @@ class HeteroRun:
                 ids = batch.nodes[t]
                 if ty.name in counts:
                     counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
+                if ty.feature_dim:
                     rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32
+                elif ty.name in table_types:
+                    table_rows[ty.name] = max(table_rows[ty.name], ids.size)
+                    rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
             rows += sum(int(blk.indices.size) * 40 for hop in batch.blocks for blk in hop)  # its block tensors
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
         # the batches in flight hold their rows and blocks; one step at a time holds its activations
         working = rows_max * (defaults.READ_DEPTH + 2) + step_max
         reads = {name: int(c.sum()) for name, c in counts.items()}
+        feature_reads = [n for t, n in reads.items() if t not in table_types]
         # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
-        plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(reads.values(), default=0) * defaults.DISK_HEADROOM
-        left = self.budget - base - model_bytes - self.labels.nbytes - working - int(plan_rows)
+        plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(feature_reads, default=0) * defaults.DISK_HEADROOM
+        tables = self.tables.memory(table_rows)
+        left = self.budget - base - model_bytes - self.labels.nbytes - working - int(plan_rows) - tables
         self.pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
-        left -= self.pack_memory if reads else 0
+        left -= self.pack_memory if feature_reads else 0
         if left < 0:
             raise DiskgnnError(f"--memory-budget {cfg.memory_budget}: the run needs about "
                                f"{format_size(self.budget - left)} (base {format_size(base)}, model and optimizer "
                                f"{format_size(model_bytes)}, working set {format_size(working)}: "
                                f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight; the packer "
-                               f"{format_size(self.pack_memory + plan_rows)}): raise it, or lower --batch-size or "
-                               "--fanouts")
+                               f"{format_size(self.pack_memory + plan_rows)}"
+                               + (f"; the tables {format_size(tables)}" if tables else "") + "): raise it, or lower "
+                               "--batch-size or --fanouts" + ("" if cfg.featureless == "hashed" or
+                                                              all(t.feature_dim for t in s.types) else
+                                                              ", or give featureless types --featureless table or "
+                                                              "hashed rows"))
         tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
-        placed = self.features.place(counts, tier)
-        held = self.features.held()
-        hits = {name: int(c[held[name]].sum()) if name in held else 0 for name, c in counts.items()}
-        pack_bytes = sum((reads[t.name] - hits[t.name]) * t.row_bytes + 4096 * len(epoch0)
-                         for t in s.types if t.name in reads)
+        chosen = self.features.place(counts, tier, self.tables.held_row_bytes())
+        self._hot = {name: ids for name, ids in chosen.items() if name in table_types}
+        placed = {name: int(ids.size) for name, ids in chosen.items()}
+        hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
+        pack_bytes = sum((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0)
+                         for t in s.types if t.feature_dim)
         copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")))
-        disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM)
+        disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM) + self.tables.disk()
         free = shutil.disk_usage(self.workdir).free + self._held_on_disk()
         if disk > free:
             raise DiskgnnError(f"{self.workdir}: needs ~{format_size(disk)} of disk for samples and packs "
-                               f"({copies:.2f} epochs' at once), {format_size(free)} free (use --workdir "
+                               f"({copies:.2f} epochs' at once) and tables, {format_size(free)} free (use --workdir "
                                "elsewhere, raise --host-cache or --memory-budget, or lower --eval-max-batches)")
         self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
                      "working_set_bytes": working, "pack_memory_bytes": self.pack_memory + int(plan_rows),
-                     "host_tier_bytes": self.features.held_bytes(), "host_tier_rows": placed,
-                     "expected_hit_rate": {n: hits[n] / max(1, reads[n]) for n in reads},
+                     "table_memory_bytes": tables, "host_tier_bytes": self.features.held_bytes() + sum(
+                         ids.size * self.tables.held_row_bytes()[n] for n, ids in self._hot.items()),
+                     "host_tier_rows": placed,
+                     "expected_hit_rate": {n: hits.get(n, 0) / max(1, reads[n]) for n in reads},
                      "packs_bytes_per_epoch": pack_bytes, "disk_needed": disk, "disk_free": free,
                      "backend": self.features.backend_name}
         self.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and optimizer "
                  f"{format_size(model_bytes)}, working set {format_size(working)}, host tier "
-                 f"{format_size(self.features.held_bytes())} ("
-                 + ", ".join(f"{n} {placed.get(n, 0):,} rows, {hits[n] / max(1, reads[n]):.0%} of epoch 0's reads"
-                             for n in reads) + f"), packer {format_size(self.pack_memory + plan_rows)}; disk "
+                 f"{format_size(self.plan['host_tier_bytes'])} ("
+                 + ", ".join(f"{n}{' table' if n in table_types else ''} {placed.get(n, 0):,} rows, "
+                             f"{hits.get(n, 0) / max(1, reads[n]):.0%} of epoch 0's reads" for n in reads)
+                 + f"), packer {format_size(self.pack_memory + plan_rows)}"
+                 + (f", tables {format_size(tables)} besides their hot rows" if tables else "") + "; disk "
                  f"{format_size(disk)} at once ({format_size(pack_bytes)} of packs an epoch), {format_size(free)} "
                  f"free; reader {self.features.backend_name}")
 
@@ -254,12 +275,22 @@ class HeteroRun:
     def autocast(self):
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
-    def loss(self, model: HeteroGNN, mb) -> torch.Tensor:
+    def open_tables(self, resumed: dict | None) -> None:
+        """--featureless table: the tables, new or rolled back to the checkpoint's (`resumed`), hot rows placed."""
+        back = self.tables.open(resumed, self._hot)
+        if back:
+            self.say(f"plan: --resume: {back:,} table rows rolled back to the checkpoint from the undo journals")
+
+    def train_step(self, model: HeteroGNN, mb) -> torch.Tensor:
+        """One batch's forward and backward (the tables' rows stepped after it); returns the loss."""
+        x, trained = self.tables.inputs(mb.x, mb.nodes, self.device, True)
         with self.autocast():
-            out = model(mb.hops, mb.x, mb.nodes)
-        if self.schema.multilabel:
-            return F.binary_cross_entropy_with_logits(out.float(), mb.labels)
-        return F.cross_entropy(out.float(), mb.labels)
+            out = model(mb.hops, x, mb.nodes).float()
+        loss = (F.binary_cross_entropy_with_logits(out, mb.labels) if self.schema.multilabel
+                else F.cross_entropy(out, mb.labels))
+        loss.backward()
+        self.tables.step(mb.nodes, trained)
+        return loss
 
     @property
     def metric(self) -> str:
@@ -276,8 +307,9 @@ class HeteroRun:
         tp, fp, fn = np.zeros(c, np.int64), np.zeros(c, np.int64), np.zeros(c, np.int64)
         correct = total = 0
         for mb in self.eval_pass(split):
+            x, _ = self.tables.inputs(mb.x, mb.nodes, self.device, False)
             with self.autocast():
-                out = model(mb.hops, mb.x, mb.nodes).float()
+                out = model(mb.hops, x, mb.nodes).float()
             counts = class_counts(out, mb.labels, self.schema.multilabel, c)
             tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
             if not self.schema.multilabel:
@@ -293,6 +325,7 @@ class HeteroRun:
         if self._next is not None:
             self._next[1].result().packs.close()
         self._pool.shutdown()
+        self.tables.close()
         for files in self._eval_files.values():
             files.packs.close()
         self.features.close()
