@@ -213,8 +213,8 @@ def _link_config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, b
             "dense_optimizer": {"type": "ADAM", "options": {"learning_rate": lr}},
             "sparse_optimizer": {"type": "ADAGRAD", "options": {"learning_rate": link["embedding_lr"]}},
         },
-        "storage": {"device_type": device, "dataset": stats, "edges": {"type": "FLAT_FILE", "options": {"dtype": id_name}},
-                    "embeddings": _buffer(plan), "prefetch": True, "shuffle_input": True,
+        "storage": {"device_type": device, "dataset": stats,
+                    "edges": {"type": "FLAT_FILE", "options": {"dtype": id_name}}, "embeddings": _buffer(plan), "prefetch": True, "shuffle_input": True,
                     "full_graph_evaluation": False, "model_dir": str(out / "model") + "/", "log_level": "info"},
         "training": {"batch_size": batch_size, "num_epochs": epochs, "pipeline": {"sync": True},
                      "negative_sampling": {"num_chunks": link["chunks"], "negatives_per_positive": link["negatives"],
@@ -272,11 +272,14 @@ def _config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, batch_
 
 
 def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1, hidden=256, lr=0.003,
-           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None) -> dict:
+           device="cpu", memory_budget="256MiB", overwrite=False, link: dict | None = None,
+           eval_edges: int | None = None) -> dict:
     """Writes dataset `data` to directory `out` in MariusGNN's layout with its training config; returns
     the export's description (also written to out/diskgnn-export.json). `link` (embeddings, embedding_lr,
     negatives, chunks, degree_fraction, eval_negatives, loss: diskgnn.train's options of those names) makes
-    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone)."""
+    it link prediction over learnable embeddings (`fanouts` may then be empty: the embeddings alone), evaluated on
+    the first `eval_edges` held-out edges of each split (default: all; diskgnn's --eval-max-batches B evaluates the
+    first B x 1,000)."""
     ds = open_dataset(data)
     budget = budget_bytes(memory_budget)
     cap_bytes = parse_size(cap)
@@ -310,7 +313,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
         else:
             held_out = {}
             for split, name in HELD_OUT.items():
-                pairs = np.asarray(ds.held_out_edges(split), dtype=np.int64)
+                pairs = np.asarray(ds.held_out_edges(split)[:eval_edges], dtype=np.int64)
                 counts = _write_held_out(pairs, st.path(f"edges/{name}_edges.bin"), parts, rows, ids)
                 write_text(st.path(f"edges/{name}_partition_offsets.txt"), "".join(f"{c}\n" for c in counts.tolist()))
                 held_out[split] = len(pairs)
@@ -331,7 +334,8 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
         write_text(st.path(CONFIG), yaml.safe_dump(config, sort_keys=False))
         options = {"cap_bytes": cap_bytes, "fanouts": fanouts, "batch_size": batch_size, "epochs": epochs,
                    "hidden": hidden, "lr": lr, "device": device, "buffer_plan": plan,
-                   "task": "node" if link is None else "link", **({"link": link} if link else {})}
+                   "task": "node" if link is None else "link", **({"link": link, "eval_edges": eval_edges} if link
+                                                                  else {})}
         write_export_info(st.path(EXPORT_INFO), ds, "marius", options)
         st.commit()
     return {"peer": "marius", "out": str(final), "config": str(final / CONFIG), **options}

@@ -3,6 +3,7 @@
 import json
 import re
 
+import numpy as np
 import pytest
 
 from bench import prepare as bench_prepare
@@ -287,3 +288,37 @@ def test_hetero_bench_smoke(tmp_path):
                                                                    "io_uring", "pread")
     assert saved["cgroup"]["returncode"] == 0 and not saved["cgroup"]["oom_killed"]
     assert saved["peak_anon_bytes"] <= 1536 << 20
+
+
+def test_link_bench_smoke(tmp_path, monkeypatch):
+    """bench.link at tiny size: diskgnn's partitioned link run under a cap, and MariusGNN's export run by a
+    stand-in marius_train whose evaluation blocks are parsed into the same row and compared."""
+    from bench import link
+    from bench.harness.memcap import CapUnavailable
+
+    fake = tmp_path / "bin" / "marius_train"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\necho '[04/05/22 18:41:40.000] Start'\necho '[04/05/22 18:41:49.199] Epoch Runtime: "
+                    "63ms'\necho '[04/05/22 18:41:49.199] Evaluating validation set'\necho 'MRR: 0.000100'\n"
+                    "echo '[04/05/22 18:41:50.000] Evaluating test set'\necho 'MRR: 0.000200'\necho 'Hits@10: 0.01'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
+    try:
+        result = link.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "l.json")])
+    except CapUnavailable as e:
+        pytest.skip(f"no memory cgroup here ({e}); the cap itself is tested in tests/bench/test_memcap.py")
+    saved = json.loads((tmp_path / "l.json").read_text())
+    rows = {r["system"]: r for r in saved["caps"]["1GiB"]["rows"]}
+    d, m = rows["diskgnn"], rows["marius"]
+    assert d["status"] == "ok" and len(d["epoch_times_s"]) == 1 and 0 <= d["val_mrr_per_epoch"][0] <= 1, d
+    assert d["wall_s_at_val"][0] > 0 and d["disk_written_bytes"] >= 0 and d["cgroup"]["returncode"] == 0
+    assert m["status"] == "ok" and m["val_mrr_per_epoch"] == [0.0001] and m["test_mrr"] == 0.0002, m
+    assert m["wall_s_at_val"][0] == pytest.approx(m["export_s"] + 10.0)
+    from diskgnn.data.format import open_dataset
+
+    held_out = open_dataset(tmp_path / "work" / "lp-20000").held_out_edges("val")
+    exported = np.fromfile(tmp_path / "work" / "marius-1GiB" / "edges" / "validation_edges.bin", "<i4")
+    assert exported.size == 2 * min(2000, len(held_out))  # the first --eval-edges held-out edges, int32 pairs
+    comparison = saved["caps"]["1GiB"]["comparison"]
+    assert comparison["common_target"] == min(d["val_mrr_per_epoch"][0], 0.0001) == result["caps"]["1GiB"][
+        "comparison"]["common_target"]

@@ -1,0 +1,211 @@
+"""Link prediction with an embedding table larger than the memory cap: diskgnn and MariusGNN side by side (issue 51).
+
+    python -m bench.link [--nodes 9000000] [--caps 1110MiB,2GiB] [--epochs 3] [--systems diskgnn,marius]
+    python -m bench.link --smoke            # 20,000 nodes, 1 epoch, for the test suite
+
+The graph (prepared once into --workdir): `prepare synthetic --nodes N --feat-dim 0 --structure powerlaw
+--avg-degree 2 --undirected --edge-split 0.9,0.05,0.05`, no features. Both systems train the same model on it:
+learnable embeddings of --embeddings values a node (Adagrad at 0.1 on the table), one mean-SAGE layer over them
+with --fanouts neighbours, DistMult, softmax cross-entropy over each positive and its chunk's negatives
+(--chunks chunks of --negatives nodes per batch of --batch-size edges, uniform), Adam at 0.003 on the rest;
+evaluated after every epoch on the same first --eval-edges held-out edges of each split (the export writes only
+those to MariusGNN), ranked against 1,000 unfiltered negatives shared by each batch of 1,000 edges.
+
+For each cap, alone on the machine, page cache dropped before each run: diskgnn (`--embedding-partitions 64`,
+its plan's buffer under `--memory-budget CAP`) and an installed MariusGNN (marius_train on PATH or
+DISKGNN_MARIUS; its partition buffer sized for the cap by bench.peers.marius), each under a cgroup memory cap
+of CAP (page cache included). Per run: epoch times, val MRR after each epoch with the wall time it was reached
+at (the offline phase included: diskgnn's bucketing and sampling inside its run, MariusGNN's export before
+it), test MRR and Hits@10, the disk's bytes read and written over the run (the device's counters, after a
+sync), the cgroup's peak. Then per cap: each system's best val MRR and the time it took, and both systems' time
+to the lower of the two. Where the protocols still differ is in docs/peers.md ("Link prediction").
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from diskgnn.units import parse_size
+
+from .harness.common import REPO, _block_device, drop_caches, machine_info
+from .harness.memcap import CapUnavailable, run_capped
+from .harness.output import add_output_args, command_line, write_json
+from .peers import marius
+
+SYSTEMS = ("diskgnn", "marius")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m bench.link", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=9_000_000)
+    ap.add_argument("--caps", default="1110MiB,2GiB", help="cgroup caps, page cache included (comma-separated)")
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--embeddings", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=5000)
+    ap.add_argument("--fanouts", default="5")
+    ap.add_argument("--chunks", type=int, default=10)
+    ap.add_argument("--negatives", type=int, default=200)
+    ap.add_argument("--eval-edges", type=int, default=50_000, help="held-out edges of each split evaluated")
+    ap.add_argument("--partitions", type=int, default=64, help="diskgnn's --embedding-partitions")
+    ap.add_argument("--timeout", type=float, default=4 * 3600, help="seconds a run may take")
+    ap.add_argument("--smoke", action="store_true")
+    add_output_args(ap, "link")
+    return ap
+
+
+def device_bytes(device: str | None) -> tuple[int, int]:
+    """Bytes the disk has read and written since boot (/sys/block/DEV/stat: sectors of 512 bytes)."""
+    if device is None:
+        return 0, 0
+    try:
+        fields = Path(f"/sys/block/{device}/stat").read_text().split()
+    except OSError:
+        return 0, 0
+    return int(fields[2]) * 512, int(fields[6]) * 512
+
+
+class DiskCounter:
+    """The disk's bytes read and written over a block (dirty pages synced at both ends)."""
+
+    def __init__(self, device: str | None):
+        self.device = device
+
+    def __enter__(self):
+        os.sync()
+        self.start = device_bytes(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        os.sync()
+        end = device_bytes(self.device)
+        self.read, self.written = end[0] - self.start[0], end[1] - self.start[1]
+
+
+def link_options(args) -> dict:
+    return {"embeddings": args.embeddings, "embedding_lr": 0.1, "negatives": args.negatives, "chunks": args.chunks,
+            "degree_fraction": 0.0, "eval_negatives": 1000, "loss": "softmax"}
+
+
+def prepare(args, work: Path) -> tuple[Path, dict | None]:
+    data = work / f"lp-{args.nodes}"
+    if (data / "manifest.json").exists():
+        return data, None
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "diskgnn.prepare", "synthetic", "--nodes", str(args.nodes),
+                           "--feat-dim", "0", "--structure", "powerlaw", "--avg-degree", "2", "--undirected",
+                           "--edge-split", "0.9,0.05,0.05", "--no-progress", "--overwrite", "--out", str(data)],
+                          cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench.link: prepare failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return data, {"wall_s": time.perf_counter() - t0}
+
+
+def run_diskgnn(args, data: Path, work: Path, cap: str) -> dict:
+    summary = work / f"diskgnn-{cap}.json"
+    link = link_options(args)
+    argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--workdir", str(work / f"diskgnn-{cap}"),
+            "--task", "link", "--embeddings", str(args.embeddings), "--embedding-lr", str(link["embedding_lr"]),
+            "--embedding-partitions", str(args.partitions), "--decoder", "distmult", "--link-loss", link["loss"],
+            "--batch-size", str(args.batch_size), "--fanouts", args.fanouts, "--hidden", str(args.embeddings),
+            "--chunks", str(args.chunks), "--negatives", str(args.negatives), "--eval-negatives", "1000",
+            "--epochs", str(args.epochs), "--eval-max-batches", str(max(1, args.eval_edges // 1000)),
+            "--memory-budget", cap, "--no-progress", "--summary-json", str(summary)]
+    r = run_capped(argv, cap, cwd=REPO, timeout=args.timeout)
+    row = {"system": "diskgnn", "argv": argv, "cgroup": r.summary()}
+    if r.returncode != 0:
+        return {**row, "status": "failed", "why": (r.stderr or "").strip().splitlines()[-1:]}
+    s = json.loads(summary.read_text())
+    test = s.get("test_metrics") or {}
+    return {**row, "status": "ok", "epoch_times_s": s["epoch_times_s"], "val_mrr_per_epoch": s["val_mrr_per_epoch"],
+            "wall_s_at_val": s["wall_s_at_val"], "test_mrr": test.get("mrr"), "test_hits@10": test.get("hits@10"),
+            "offline": s.get("offline"), "embeddings": s.get("embeddings"), "peak_anon_bytes": s["peak_anon_bytes"],
+            "plan": s.get("plan")}
+
+
+def run_marius(args, data: Path, work: Path, cap: str) -> dict:
+    ok, why = marius.installed()
+    if not ok:
+        return {"system": "marius", "status": "not installed", "why": why}
+    t0 = time.perf_counter()
+    out = work / f"marius-{cap}"
+    export = marius.export(data, out, cap=cap, fanouts=[int(f) for f in args.fanouts.split(",")],
+                           batch_size=args.batch_size, epochs=args.epochs, hidden=args.embeddings,
+                           memory_budget="512MiB", overwrite=True, link=link_options(args),
+                           eval_edges=args.eval_edges)
+    export_s = time.perf_counter() - t0
+    drop_caches()
+    row = marius.run(out, cap=cap, timeout=args.timeout)
+    row.update(export_s=export_s, buffer_plan=export["buffer_plan"])
+    if "wall_s_at_val" in row:  # from its first logged line: the export before it is its offline phase
+        row["wall_s_at_val"] = [export_s + t for t in row["wall_s_at_val"]]
+    row["val_mrr_per_epoch"] = row.pop("val_mrr_per_eval", [])
+    tests = row.pop("test_mrr_per_eval", [])
+    row["test_mrr"] = tests[-1] if tests else None
+    hits = row.pop("test_hits@10_per_eval", [])
+    row["test_hits@10"] = hits[-1] if hits else None
+    return row
+
+
+def time_to(row: dict, target: float) -> float | None:
+    """Seconds until the row's val MRR first reached `target` (None: never)."""
+    for mrr, at in zip(row.get("val_mrr_per_epoch", []), row.get("wall_s_at_val", [])):
+        if mrr is not None and at is not None and mrr >= target:
+            return at
+    return None
+
+
+def compare(rows: list[dict]) -> dict:
+    """Each system's best val MRR and the time to it, and every system's time to the lowest of the bests."""
+    done = [r for r in rows if r.get("status") == "ok" and r.get("val_mrr_per_epoch")]
+    best = {r["system"]: max(r["val_mrr_per_epoch"]) for r in done}
+    out = {"best_val_mrr": best, "time_to_best_s": {r["system"]: time_to(r, best[r["system"]]) for r in done}}
+    if len(done) > 1:
+        common = min(best.values())
+        out.update(common_target=common, time_to_common_s={r["system"]: time_to(r, common) for r in done})
+    return out
+
+
+def main(argv=None) -> dict:
+    args = parser().parse_args(argv)
+    if args.smoke:
+        args.nodes, args.epochs, args.caps, args.batch_size, args.negatives, args.eval_edges, args.partitions = \
+            20_000, 1, "1GiB", 500, 20, 2000, 4
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    info = machine_info(work)
+    backend = "io_uring + O_DIRECT (features), page cache (embedding table)"
+    print(f"machine: {info['summary']}; reader: {backend}")
+    data, prepared = prepare(args, work)
+    device = _block_device(work)
+    systems = [s for s in args.systems.split(",") if s]
+    result = {"benchmark": "link", "machine": info, "command": command_line("bench.link", argv),
+              "prepare": prepared, "options": {**vars(args), **link_options(args)}, "caps": {}}
+    for cap in args.caps.split(","):
+        rows = []
+        for system in systems:
+            dropped = drop_caches()
+            try:
+                with DiskCounter(device) as disk:
+                    row = (run_diskgnn if system == "diskgnn" else run_marius)(args, data, work, cap)
+            except CapUnavailable as e:
+                row = {"system": system, "status": "unavailable", "why": f"cannot apply the memory cap: {e}"}
+            row.update(page_cache_dropped=dropped is None, disk_read_bytes=disk.read, disk_written_bytes=disk.written)
+            rows.append(row)
+            print(f"{cap} {system}: {row['status']}: epochs {row.get('epoch_times_s')}, val MRR "
+                  f"{row.get('val_mrr_per_epoch')}, test MRR {row.get('test_mrr')}, read {disk.read / 1e9:.1f} GB, "
+                  f"written {disk.written / 1e9:.1f} GB" + (f" ({row['why']})" if row.get("why") else ""))
+        result["caps"][cap] = {"cap_bytes": parse_size(cap), "rows": rows, "comparison": compare(rows)}
+        print(f"{cap}: {json.dumps(result['caps'][cap]['comparison'])}")
+    write_json(Path(args.out), result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
