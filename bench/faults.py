@@ -91,13 +91,14 @@ def _one_line(proc: subprocess.CompletedProcess, *fragments: str) -> tuple[bool,
 
 
 def _fill(directory: Path) -> None:
-    """Writes zeros into `directory` until its file system is full."""
-    with open(directory / "filler", "wb") as f:
-        try:
+    """Writes zeros into `directory` until its file system is full (it may be already: then not even the filler's
+    name fits)."""
+    try:
+        with open(directory / "filler", "wb") as f:
             while True:
                 f.write(bytes(1 << 16))
-        except OSError:
-            pass
+    except OSError:
+        pass
 
 
 def _temps(directory: Path) -> list[str]:
