@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..data.format import random_access
 from ..hashing import Bijection
 from .negatives import chunk_negatives
 from .partitions import EdgeBuckets, buffer_negatives, epoch_states, state_positions
@@ -73,7 +74,7 @@ class LinkEpoch:
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, spec: LinkSpec, *, seed: int, epoch: int,
                  buckets: EdgeBuckets | None = None, capacity: int = 0):
-        self.indptr, self.indices, self.spec = indptr, indices, spec
+        self.indptr, self.indices, self.spec = random_access(indptr), random_access(indices), spec
         self.num_nodes = len(indptr) - 1
         self.num_edges = int(indptr[-1])
         self.keys = (seed, 23, epoch)
@@ -90,7 +91,7 @@ class LinkEpoch:
         trained without its positives in their neighbourhoods, scores whole neighbourhoods, and all systems'
         evaluations stay alike.)"""
         self = cls.__new__(cls)
-        self.indptr, self.indices, self.held = indptr, indices, edges
+        self.indptr, self.indices, self.held = random_access(indptr), random_access(indices), edges
         self.spec = LinkSpec(EVAL_CHUNK_EDGES, chunks=1, negatives=negatives)
         self.num_nodes, self.num_edges = len(indptr) - 1, len(edges)
         self.keys = (EVAL_SEED, 29, split_key)

@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.files import guard_io, temp_path
+from ..data.format import random_access
 from ..errors import DiskgnnError, UsageError
 from ..units import format_size
 
@@ -113,7 +114,9 @@ class EdgeBuckets:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
         guard_io(path, build)
-        return cls(partitions, n, counts, np.memmap(path, dtype, "r") if counts.sum() else np.zeros(0, dtype))
+        # a state's edges are read in a keyed order: at random within its buckets
+        return cls(partitions, n, counts, random_access(np.memmap(path, dtype, "r")) if counts.sum() else
+                   np.zeros(0, dtype))
 
     def bucket_ids(self, pairs) -> list[int]:
         """The buckets of partition pairs {a, b}: (a, b) and (b, a), once where a == b."""

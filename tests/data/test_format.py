@@ -117,3 +117,27 @@ def test_staged_directory_appears_only_on_commit(tmp_path):
         st.commit()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
     assert (out / "new" / "c.txt").read_text() == "y" and not (out / "old").exists()
+
+
+def test_random_access_turns_read_ahead_off_for_the_map(tmp_path):
+    """random_access marks a memory map MADV_RANDOM (the kernel shows it as VmFlags "rr" in /proc/self/smaps),
+    through views of it too, and leaves arrays that are not maps alone."""
+    from diskgnn.data.format import random_access
+
+    path = tmp_path / "a.bin"
+    np.arange(1 << 16, dtype=np.int64).tofile(path)
+
+    def flags(a) -> set:
+        start = a.__array_interface__["data"][0] & ~0xFFF
+        lines = open("/proc/self/smaps").read().splitlines()
+        for i, line in enumerate(lines):
+            lo, hi = (int(x, 16) for x in line.split()[0].split("-")) if "-" in line.split()[0] else (0, 0)
+            if lo <= start < hi:
+                return set(next(v for v in lines[i + 1:] if v.startswith("VmFlags:")).split()[1:])
+        raise AssertionError("mapping not found")
+
+    plain = np.memmap(path, np.int64, "r")
+    advised = np.memmap(path, np.int64, "r")
+    view = random_access(advised[10:20])
+    assert view[0] == 10 and "rr" in flags(advised) and "rr" not in flags(plain)
+    assert random_access(np.zeros(3)).sum() == 0

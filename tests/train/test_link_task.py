@@ -97,3 +97,34 @@ def test_the_loader_api_pairs_each_batch_with_its_edges(link_data, tmp_path):
             assert seen == list(range(len(link))), split_or_epoch
     finally:
         loader.close()
+
+
+def test_the_link_plan_is_sized_from_pilot_batches_that_bound_every_batch(tmp_path):
+    """The plan sizes a link run for the rows its pilot batches read (with headroom), not the fanouts' bound,
+    which counts every seed's neighbours as new: every train batch of epoch 0 and every val batch fits it."""
+    from diskgnn.data.features import feature_source
+    from diskgnn.data.format import open_dataset
+    from diskgnn.data.prepare import prepare
+    from diskgnn.offline.link_batches import LinkEpoch
+    from diskgnn.offline.sample import batch_key, open_graph, sample_batch
+    from diskgnn.train.plan import make_plan
+    from diskgnn.train.tasks.base import EVAL_EPOCH
+    from diskgnn.train.working_set import batch_layers
+
+    from conftest import train_config
+
+    data = prepare("synthetic", tmp_path / "ds", undirected=True, progress=False, edge_split=(0.8, 0.1, 0.1),
+                   synthetic=dict(structure="powerlaw", nodes=20_000, feat_dim=0, avg_degree=2, classes=2, seed=0))
+    ds = open_dataset(data)
+    cfg = train_config(data, tmp_path / "w", task="link", embeddings=8, batch_size=1000, chunks=10, negatives=50,
+                       fanouts="5", eval_fanouts="-1", memory_budget="1GiB")
+    plan = make_plan(ds, feature_source(ds), cfg)
+    bound = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0]
+    graph = open_graph(ds)
+    train = LinkEpoch(ds.indptr, ds.indices, cfg.link_spec, seed=cfg.seed, epoch=0)
+    val = LinkEpoch.held_out(ds.held_out_edges("val"), ds.indptr, ds.indices, negatives=cfg.eval_negatives,
+                             split_key=EVAL_EPOCH["val"])
+    most = max(sample_batch(graph, batches[b].seeds, key=batch_key(0, b), fanouts=fanouts, seed=cfg.seed,
+                            threads=1).nodes.size
+               for batches, fanouts in ((train, [5]), (val, [-1])) for b in range(len(batches)))
+    assert most <= plan.batch_rows < bound / 2, (most, plan.batch_rows, bound)

@@ -19,6 +19,11 @@ class Task:
         """The most seed nodes one of its batches has (the plan sizes the working set for it)."""
         return self.cfg.batch_size
 
+    def pilot_rows(self, ds) -> int | None:
+        """A batch's input rows at most, measured before any work where the fanouts' bound is far off and the
+        plan cannot wait for epoch 0 (None: the bound)."""
+        return None
+
     def link_spec(self):
         """How its batches are cut from edges (offline/link_batches.py's LinkSpec), or None."""
         return None
