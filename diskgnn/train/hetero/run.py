@@ -169,10 +169,10 @@ class HeteroRun:
                                f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight; the packer "
                                f"{format_size(self.pack_memory + plan_rows)}"
                                + (f"; the tables {format_size(tables)}" if tables else "") + "): raise it, or lower "
-                               "--batch-size or --fanouts" + ("" if cfg.featureless == "hashed" or
-                                                              all(t.feature_dim for t in s.types) else
-                                                              ", or give featureless types --featureless table or "
-                                                              "hashed rows"))
+                               "--batch-size or --fanouts" + (", or learn featureless types' rows out of core "
+                                                              "(--featureless table) or hash them (hashed)"
+                                                              if cfg.featureless == "learned" and
+                                                              any(not t.feature_dim for t in s.types) else ""))
         tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
         chosen = self.features.place(counts, tier, self.tables.held_row_bytes())
         self._hot = {name: ids for name, ids in chosen.items() if name in table_types}
