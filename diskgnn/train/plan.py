@@ -228,7 +228,9 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
     precision = Precision(precision)
-    sizes = _sizes(ds, source, cfg, device, precision, world, cfg.task_spec.pilot_rows(ds))
+    pilot = cfg.task_spec.pilot_rows(ds)
+    rows = None if pilot is None else min(pilot, batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0])
+    sizes = _sizes(ds, source, cfg, device, precision, world, rows)
     return Plan(
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
         feature_dtype=ds.feature_dtype.name, splits=cfg.task_spec.splits(ds),

@@ -25,19 +25,17 @@ class LinkTask(Task):
         cfg = self.cfg
         return max(2 * cfg.batch_size + cfg.chunks * cfg.negatives, 2 * EVAL_CHUNK_EDGES + cfg.eval_negatives)
 
-    def pilot_rows(self, ds) -> int:
+    def pilot_rows(self, ds) -> int | None:
         """The input rows of PILOT_BATCHES train batches (of an unpartitioned epoch 0: a partitioned epoch samples
-        among fewer neighbours) and as many val batches, sampled now, at most, times MEASURED_ROWS_HEADROOM (never
-        above the fanouts' bound). The fanouts' bound counts every seed's neighbours as new (the 9M-node link
-        graph at 12,000 seeds, fanout 5: 72,000 rows, where 9,240 are read): a partitioned plan sizes its buffer
-        before epoch 0, which it needs to sample."""
+        among fewer neighbours) and as many val batches, sampled now, at most, times MEASURED_ROWS_HEADROOM (the
+        plan keeps the fanouts' bound where it is lower). The fanouts' bound counts every seed's neighbours as new
+        (the 9M-node link graph at 12,000 seeds, fanout 5: 72,000 rows, where 9,240 are read): a partitioned plan
+        sizes its buffer before epoch 0, which it needs to sample."""
         from ...offline.sample import batch_key, open_graph, sample_batch
-        from ..working_set import batch_layers
 
         cfg, graph = self.cfg, open_graph(ds)
-        bound = batch_layers(ds, self.seeds_per_batch(), cfg.fanout_list)[0][0]
         if not defaults.MEASURED_ROWS_HEADROOM:
-            return bound
+            return None
         train = LinkEpoch(ds.indptr, ds.indices, self.link_spec(), seed=cfg.seed, epoch=0)
         val = LinkEpoch.held_out(ds.held_out_edges("val"), ds.indptr, ds.indices, negatives=cfg.eval_negatives,
                                  split_key=EVAL_EPOCH["val"])
@@ -48,7 +46,7 @@ class LinkTask(Task):
                 seeds = batches[b].seeds
                 most = max(most, sample_batch(graph, seeds, key=batch_key(0, b), fanouts=fanouts, seed=cfg.seed,
                                               threads=cfg.threads or 1).nodes.size)
-        return min(bound, int(most * defaults.MEASURED_ROWS_HEADROOM) + 1)
+        return int(most * defaults.MEASURED_ROWS_HEADROOM) + 1
 
     def link_spec(self) -> LinkSpec:
         cfg = self.cfg
