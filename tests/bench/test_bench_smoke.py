@@ -304,7 +304,8 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
     fake.chmod(0o755)
     monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
     try:
-        result = link.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "l.json")])
+        result = link.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "l.json"),
+                            "--marius-capacity", "2"])
     except CapUnavailable as e:
         pytest.skip(f"no memory cgroup here ({e}); the cap itself is tested in tests/bench/test_memcap.py")
     saved = json.loads((tmp_path / "l.json").read_text())
@@ -313,7 +314,7 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
     assert d["status"] == "ok" and len(d["epoch_times_s"]) == 1 and 0 <= d["val_mrr_per_epoch"][0] <= 1, d
     assert d["wall_s_at_val"][0] > 0 and d["disk_written_bytes"] >= 0 and d["cgroup"]["returncode"] == 0
     assert m["status"] == "ok" and m["val_mrr_per_epoch"] == [0.0001] and m["test_mrr"] == 0.0002, m
-    assert m["wall_s_at_val"][0] == pytest.approx(m["export_s"] + 10.0)
+    assert m["wall_s_at_val"][0] == pytest.approx(m["export_s"] + 10.0) and m["buffer_plan"]["buffer_capacity"] == 2
     from diskgnn.data.format import open_dataset
 
     held_out = open_dataset(tmp_path / "work" / "lp-20000").held_out_edges("val")
