@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from .harness.common import REPO, drop_caches, machine_info
 from .harness.memcap import run_capped
 from .harness.output import add_output_args, command_line, write_json
+from .harness.workload import prepare_once
 
 
 def main(argv=None) -> dict:
@@ -46,17 +45,10 @@ def main(argv=None) -> dict:
     info = machine_info(work)
     print(f"machine: {info['summary']}")
     data = work / f"mag-{args.papers}-{args.feat_dim}"
-    prepared = None
-    if not (data / "manifest.json").exists():
-        t0 = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "diskgnn.prepare", "synthetic", "--schema", "mag", "--nodes",
-                               str(args.papers), "--feat-dim", str(args.feat_dim), "--avg-degree", "10", "--classes",
-                               str(args.classes), "--seed", "0", "--split-ratios", "0.01,0.002,0.002",
-                               "--memory-budget", "4GiB", "--no-progress", "--overwrite", "--out", str(data)],
-                              cwd=REPO, capture_output=True, text=True)
-        if proc.returncode != 0:
-            raise SystemExit(f"bench.hetero: prepare failed: {proc.stderr.strip().splitlines()[-1:]}")
-        prepared = {"wall_s": time.perf_counter() - t0, "report": proc.stdout.strip().splitlines()[-1]}
+    prepared = prepare_once(data, ["synthetic", "--schema", "mag", "--nodes", str(args.papers), "--feat-dim",
+                                   str(args.feat_dim), "--avg-degree", "10", "--classes", str(args.classes), "--seed",
+                                   "0", "--split-ratios", "0.01,0.002,0.002", "--memory-budget", "4GiB"],
+                            "bench.hetero")
     features = sum(p.stat().st_size for p in data.glob("features-*.bin"))
     dropped = drop_caches()
     summary_path = work / "summary.json"

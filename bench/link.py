@@ -26,16 +26,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from diskgnn.units import parse_size
 
-from .harness.common import REPO, _block_device, drop_caches, machine_info
+from .harness.common import REPO, block_device, drop_caches, machine_info
 from .harness.memcap import CapUnavailable, run_capped
 from .harness.output import add_output_args, command_line, write_json
+from .harness.workload import prepare_once
 from .peers import marius
 
 SYSTEMS = ("diskgnn", "marius")
@@ -95,20 +95,6 @@ class DiskCounter:
 def link_options(args) -> dict:
     return {"embeddings": args.embeddings, "embedding_lr": 0.1, "negatives": args.negatives, "chunks": args.chunks,
             "degree_fraction": 0.0, "eval_negatives": 1000, "loss": "softmax"}
-
-
-def prepare(args, work: Path) -> tuple[Path, dict | None]:
-    data = work / f"lp-{args.nodes}"
-    if (data / "manifest.json").exists():
-        return data, None
-    t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "diskgnn.prepare", "synthetic", "--nodes", str(args.nodes),
-                           "--feat-dim", "0", "--structure", "powerlaw", "--avg-degree", "2", "--undirected",
-                           "--edge-split", "0.9,0.05,0.05", "--no-progress", "--overwrite", "--out", str(data)],
-                          cwd=REPO, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"bench.link: prepare failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return data, {"wall_s": time.perf_counter() - t0}
 
 
 def run_diskgnn(args, data: Path, work: Path, cap: str) -> dict:
@@ -189,8 +175,11 @@ def main(argv=None) -> dict:
     info = machine_info(work)
     backend = "io_uring + O_DIRECT (features), page cache (embedding table)"
     print(f"machine: {info['summary']}; reader: {backend}")
-    data, prepared = prepare(args, work)
-    device = _block_device(work)
+    data = work / f"lp-{args.nodes}"
+    prepared = prepare_once(data, ["synthetic", "--nodes", str(args.nodes), "--feat-dim", "0", "--structure",
+                                   "powerlaw", "--avg-degree", "2", "--undirected", "--edge-split", "0.9,0.05,0.05"],
+                            "bench.link")
+    device = block_device(work)
     systems = [s for s in args.systems.split(",") if s]
     result = {"benchmark": "link", "machine": info, "command": command_line("bench.link", argv),
               "prepare": prepared, "options": {**vars(args), **link_options(args)}, "caps": {}}

@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _block_device(path: Path) -> str | None:
+def block_device(path: Path) -> str | None:
     """Name of the block device (e.g. vda) holding `path`, from /proc/self/mountinfo."""
     try:
         dev = os.stat(path).st_dev
@@ -32,7 +32,7 @@ def machine_info(path: Path) -> dict:
         for line in f:
             if line.startswith("MemTotal:"):
                 mem = int(line.split()[1]) * 1024
-    dev = _block_device(path)
+    dev = block_device(path)
     disk = {"device": dev}
     if dev:
         base = Path(f"/sys/block/{dev}")

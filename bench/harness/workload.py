@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from diskgnn.data.format import open_dataset
@@ -21,6 +24,21 @@ def synthetic_workload(directory: Path, nodes: int) -> Path:
     if not (path / "manifest.json").exists():
         prepare("synthetic", path, undirected=True, memory_budget="1GiB", synthetic=dict(nodes=nodes, **W1))
     return path
+
+
+def prepare_once(data: Path, options: list[str], who: str) -> dict | None:
+    """`python -m diskgnn.prepare OPTIONS --out DATA` in its own process (its memory is not the benchmark's),
+    unless DATA holds a dataset already: its wall time and last line, or None where it was there."""
+    if (data / "manifest.json").exists():
+        return None
+    from .common import REPO
+
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "diskgnn.prepare", *options, "--no-progress", "--overwrite", "--out",
+                           str(data)], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{who}: prepare failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return {"wall_s": time.perf_counter() - t0, "report": proc.stdout.strip().splitlines()[-1]}
 
 
 def add_data_arg(ap: argparse.ArgumentParser) -> None:

@@ -154,6 +154,11 @@ class RecordFile:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
+    @property
+    def paths(self) -> list[Path]:
+        """The records and their index."""
+        return [self.path, self.path.with_suffix(".json")]
+
     def record(self, i: int) -> memoryview:
         buf = memoryview(self._map[self.offsets[i]: self.offsets[i + 1]])
         if xxhash.xxh3_64_hexdigest(buf) != self.meta["checksums"][i]:

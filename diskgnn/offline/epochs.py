@@ -254,9 +254,7 @@ class OfflineEpochs:
         if self.spec.replay or epoch not in self._ready:
             return
         files = self._ready.pop(epoch)
-        for path in (files.samples.path, files.samples.path.with_suffix(".json"), files.packs.path,
-                     files.packs.path.with_name(files.packs.path.name + ".json"),
-                     files.packs.path.with_name(files.packs.path.name + ".pos")):
+        for path in (*files.samples.paths, *files.packs.paths):
             try:
                 os.unlink(path)
             except FileNotFoundError:

@@ -9,7 +9,6 @@ epoch 0's reads) does not hold it. Files: `<name>.<type>.packs` with its `.json`
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -78,11 +77,6 @@ class HeteroPacks:
             packs.check(b, rows)
         return pos, rows
 
-    @property
-    def paths(self) -> list[Path]:
-        return [f for p in self.files.values()
-                for f in (p.path, p.path.with_name(p.path.name + ".json"), p.path.with_name(p.path.name + ".pos"))]
-
     def close(self) -> None:
         for r in self.readers.values():
             r.close()
@@ -90,11 +84,8 @@ class HeteroPacks:
 
     def delete(self) -> None:
         self.close()
-        for path in self.paths:
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        for path in (f for p in self.files.values() for f in p.paths):
+            path.unlink(missing_ok=True)
 
 
 def pack_hetero(ds: HeteroDataset, samples, held: dict[str, np.ndarray], out_dir, name: str, *,

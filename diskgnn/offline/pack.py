@@ -351,6 +351,11 @@ class PackFile:
     def row_bytes(self) -> int:
         return self.meta["row_bytes"]
 
+    @property
+    def paths(self) -> list[Path]:
+        """The pack file and its index and positions, as pack_epoch writes them."""
+        return [self.path, self.path.with_name(self.path.name + ".json"), self.path.with_name(self.path.name + ".pos")]
+
     def __len__(self) -> int:
         return self.meta["num_batches"]
 

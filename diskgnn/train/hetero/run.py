@@ -54,7 +54,7 @@ class HeteroFiles:
 
     def delete(self) -> None:
         self.packs.delete()
-        for path in (self.samples.path, self.samples.path.with_suffix(".json")):
+        for path in self.samples.paths:
             path.unlink(missing_ok=True)
 
 
@@ -218,7 +218,7 @@ class HeteroRun:
             return done
         epoch0, self._epoch0 = self._epoch0, None
         if epoch0 is not None and epoch != 0:  # made for the plan, unused on --resume
-            for path in (epoch0.path, epoch0.path.with_suffix(".json")):
+            for path in epoch0.paths:
                 path.unlink(missing_ok=True)
         return self._files(epoch, epoch0 if epoch == 0 else None)
 
