@@ -16,7 +16,8 @@ its plan's buffer under `--memory-budget CAP`) and an installed MariusGNN (mariu
 DISKGNN_MARIUS; its partition buffer sized for the cap by bench.peers.marius), each under a cgroup memory cap
 of CAP (page cache included). Per run: epoch times, val MRR after each epoch with the wall time it was reached
 at (the offline phase included: diskgnn's bucketing and sampling inside its run, MariusGNN's export before
-it), test MRR and Hits@10, the disk's bytes read and written over the run (the device's counters, after a
+it; MariusGNN's models are ranked after its run, outside the cap, as bench.peers.marius_link says why, at the
+time its epoch's training ended), test MRR and Hits@10, the disk's bytes read and written over the run (the device's counters, after a
 sync), the cgroup's peak. Then per cap: each system's best val MRR and the time it took, and both systems' time
 to the lower of the two. Where the protocols still differ is in docs/peers.md ("Link prediction").
 """
@@ -36,7 +37,7 @@ from .harness.common import REPO, block_device, drop_caches, machine_info
 from .harness.memcap import CapUnavailable, run_capped
 from .harness.output import add_output_args, command_line, write_json
 from .harness.workload import prepare_once
-from .peers import marius
+from .peers import marius, marius_link
 
 SYSTEMS = ("diskgnn", "marius")
 
@@ -135,15 +136,22 @@ def run_marius(args, data: Path, work: Path, cap: str) -> dict:
     export_s = time.perf_counter() - t0
     drop_caches()
     row = marius.run(out, cap=cap, timeout=args.timeout)
-    row.update(export_s=export_s, buffer_plan=export["buffer_plan"])
-    if "wall_s_at_val" in row:  # from its first logged line: the export before it is its offline phase
-        row["wall_s_at_val"] = [export_s + t for t in row["wall_s_at_val"]]
-    row["val_mrr_per_epoch"] = row.pop("val_mrr_per_eval", [])
-    tests = row.pop("test_mrr_per_eval", [])
-    row["test_mrr"] = tests[-1] if tests else None
-    hits = row.pop("test_hits@10_per_eval", [])
-    row["test_hits@10"] = hits[-1] if hits else None
+    # its offline phase is the export; its times from its first logged line
+    row.update(export_s=export_s, buffer_plan=export["buffer_plan"],
+               wall_s_at_val=[export_s + t for t in row.pop("wall_s_at_epoch", [])])
+    for key in [k for k in row if k.endswith("_per_eval")]:  # no evaluation in its run (marius_link)
+        del row[key]
     return row
+
+
+def rank_marius(args, work: Path, cap: str, row: dict) -> dict:
+    """MariusGNN's saved models ranked after its run (marius_link: why), outside the cap and the disk count;
+    their val MRR at the wall time each epoch's training ended."""
+    found = marius_link.evaluate(work / f"marius-{cap}", timeout=args.timeout)
+    if found.get("eval_why"):
+        row["why"] = found["eval_why"]
+    row["wall_s_at_val"] = row["wall_s_at_val"][:len(found.get("val_mrr_per_epoch", []))]
+    return {**row, **found}
 
 
 def time_to(row: dict, target: float) -> float | None:
@@ -193,6 +201,8 @@ def main(argv=None) -> dict:
             except CapUnavailable as e:
                 row = {"system": system, "status": "unavailable", "why": f"cannot apply the memory cap: {e}"}
             row.update(page_cache_dropped=dropped is None, disk_read_bytes=disk.read, disk_written_bytes=disk.written)
+            if system == "marius" and row["status"] == "ok":
+                row = rank_marius(args, work, cap, row)
             rows.append(row)
             print(f"{cap} {system}: {row['status']}: epochs {row.get('epoch_times_s')}, val MRR "
                   f"{row.get('val_mrr_per_epoch')}, test MRR {row.get('test_mrr')}, read {disk.read / 1e9:.1f} GB, "

@@ -21,7 +21,9 @@ learnable embedding table (and its Adagrad state, per element) in the
 partition buffer, DistMult, negatives shared per chunk of a batch's edges;
 evaluation ranks each held-out edge against 1,000 sampled negatives shared by
 its batch of 1,000, unfiltered, as diskgnn does (MariusGNN also corrupts the
-source: its DistMult scores inverse edges).
+source: its DistMult scores inverse edges). The run keeps each epoch's model
+(model/checkpoint_<epoch>/, the last in model/), and marius_link.evaluate
+ranks them after it: see there why not during it.
 
 Node ids are kept (no remapping, so no nodes/node_mapping.txt): MariusGNN's
 partitions are contiguous id ranges of ceil(num_nodes / num_partitions) nodes
@@ -220,8 +222,12 @@ def _link_config(out: Path, stats: dict, plan: dict, id_name: str, *, fanouts, b
         "training": {"batch_size": batch_size, "num_epochs": epochs, "pipeline": {"sync": True},
                      "negative_sampling": {"num_chunks": link["chunks"], "negatives_per_positive": link["negatives"],
                                            "degree_fraction": link["degree_fraction"], "filtered": False},
-                     "epochs_per_shuffle": 1, "logs_per_epoch": 10, "save_model": False},
-        "evaluation": {"batch_size": 1000, "pipeline": {"sync": True}, "epochs_per_eval": 1,
+                     "epochs_per_shuffle": 1, "logs_per_epoch": 10,
+                     "save_model": True, "checkpoint": {"interval": 1, "save_state": False}},
+        # No evaluation in the run: its buffered one builds the encoder's graph from the held-out edges themselves
+        # (and its full-graph one holds the whole table in memory), so each epoch's model is kept and ranked
+        # afterwards (marius_link.evaluate).
+        "evaluation": {"batch_size": 1000, "pipeline": {"sync": True}, "epochs_per_eval": epochs + 1,
                        "negative_sampling": {"num_chunks": 1, "negatives_per_positive": link["eval_negatives"],
                                              "degree_fraction": 0.0, "filtered": False}},
     }
@@ -397,14 +403,16 @@ def metrics(output: str) -> dict:
     """What MariusGNN reported after each evaluation, in order: `val_acc_per_eval` and `test_acc_per_eval`
     (fractions), or for link prediction `val_mrr_per_eval`, `test_mrr_per_eval`, `test_hits@1_per_eval`, ...
     It prints a block after "Evaluating validation set" (or "test set"): "Accuracy: 84.814815%", or "MRR:
-    0.132049" and "Hits@k: ..." lines (docs/examples/config/nc_custom.rst and lp_custom.rst). And
-    `wall_s_at_val`: seconds from its first logged line to the end of each validation (the test set's line)."""
+    0.132049" and "Hits@k: ..." lines (docs/examples/config/nc_custom.rst and lp_custom.rst). And seconds from
+    its first logged line: `wall_s_at_val` to the end of each validation (the test set's line), `wall_s_at_epoch`
+    to the end of each epoch's training ("Finished training epoch N")."""
     found: dict[str, list[float]] = {}
     parts = re.split(r"Evaluating (validation|test) set", output)
     stamps = [_seconds(m) for m in _STAMP.finditer(output)]
-    for m in re.finditer(r"(\[[^\]]+\])[^\n]*Evaluating test set", output):
-        if stamps and (at := _seconds(_STAMP.match(m.group(1)))) is not None and stamps[0] is not None:
-            found.setdefault("wall_s_at_val", []).append(round(at - stamps[0], 3))
+    for key, line in (("wall_s_at_val", "Evaluating test set"), ("wall_s_at_epoch", "Finished training epoch")):
+        for m in re.finditer(r"(\[[^\]]+\])[^\n]*" + line, output):
+            if stamps and (at := _seconds(_STAMP.match(m.group(1)))) is not None and stamps[0] is not None:
+                found.setdefault(key, []).append(round(at - stamps[0], 3))
     for split, text in zip(parts[1::2], parts[2::2]):
         name = "val" if split == "validation" else "test"
         for key, pattern, scale in (("acc", r"Accuracy:\s*([0-9.]+)%", 0.01), ("mrr", r"MRR:\s*([0-9.]+)", 1),

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+import yaml
 
 from bench import prepare as bench_prepare
 
@@ -291,17 +292,22 @@ def test_hetero_bench_smoke(tmp_path):
 
 
 def test_link_bench_smoke(tmp_path, monkeypatch):
-    """bench.link at tiny size: diskgnn's partitioned link run under a cap, and MariusGNN's export run by a
-    stand-in marius_train whose evaluation blocks are parsed into the same row and compared."""
+    """bench.link at tiny size: diskgnn's partitioned link run under a cap, and MariusGNN's export trained by a
+    stand-in marius_train (which saves a model) and ranked by a stand-in marius_eval, whose evaluation blocks are
+    parsed into the same row and compared."""
     from bench import link
     from bench.harness.memcap import CapUnavailable
 
     fake = tmp_path / "bin" / "marius_train"
     fake.parent.mkdir()
     fake.write_text("#!/bin/sh\necho '[04/05/22 18:41:40.000] Start'\necho '[04/05/22 18:41:49.199] Epoch Runtime: "
-                    "63ms'\necho '[04/05/22 18:41:49.199] Evaluating validation set'\necho 'MRR: 0.000100'\n"
-                    "echo '[04/05/22 18:41:50.000] Evaluating test set'\necho 'MRR: 0.000200'\necho 'Hits@10: 0.01'\n")
-    fake.chmod(0o755)
+                    "63ms'\necho '[04/05/22 18:41:49.199] ####### Finished training epoch 1 #######'\n"
+                    "mkdir -p \"$(dirname \"$1\")/model\" && touch \"$(dirname \"$1\")/model/model.pt\"\n")
+    (fake.parent / "marius_eval").write_text(
+        "#!/bin/sh\necho '[04/05/22 18:42:00.000] Evaluating test set'\n"
+        "case \"$1\" in *eval-val-*) echo 'MRR: 0.000100';; *) echo 'MRR: 0.000200'; echo 'Hits@10: 0.01';; esac\n")
+    for exe in fake, fake.parent / "marius_eval":
+        exe.chmod(0o755)
     monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
     try:
         result = link.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "l.json"),
@@ -314,10 +320,13 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
     assert d["status"] == "ok" and len(d["epoch_times_s"]) == 1 and 0 <= d["val_mrr_per_epoch"][0] <= 1, d
     assert d["wall_s_at_val"][0] > 0 and d["disk_written_bytes"] >= 0 and d["cgroup"]["returncode"] == 0
     assert m["status"] == "ok" and m["val_mrr_per_epoch"] == [0.0001] and m["test_mrr"] == 0.0002, m
-    assert m["wall_s_at_val"][0] == pytest.approx(m["export_s"] + 10.0) and m["buffer_plan"]["buffer_capacity"] == 2
+    assert m["wall_s_at_val"] == [pytest.approx(m["export_s"] + 9.199)] and m["buffer_plan"]["buffer_capacity"] == 2
+    assert m["test_hits@10"] == 0.01 and m["eval_s"] > 0 and "why" not in m, m
     from diskgnn.data.format import open_dataset
 
     held_out = open_dataset(tmp_path / "work" / "lp-20000").held_out_edges("val")
+    evaluated = yaml.safe_load((tmp_path / "work" / "marius-1GiB" / "eval-val-model.yaml").read_text())["storage"]
+    assert evaluated["full_graph_evaluation"] and evaluated["dataset"]["num_test"] == min(2000, len(held_out))
     exported = np.fromfile(tmp_path / "work" / "marius-1GiB" / "edges" / "validation_edges.bin", "<i4")
     assert exported.size == 2 * min(2000, len(held_out))  # the first --eval-edges held-out edges, int32 pairs
     comparison = saved["caps"]["1GiB"]["comparison"]

@@ -404,6 +404,9 @@ def test_marius_link_export_holds_the_held_out_edges_by_bucket(link_dataset, tmp
     assert config["training"]["negative_sampling"] == {"num_chunks": 3, "negatives_per_positive": 7,
                                                        "degree_fraction": 0.5, "filtered": False}
     assert config["evaluation"]["negative_sampling"]["negatives_per_positive"] == 50
+    # trains and keeps each epoch's model; ranked after the run (marius_link), never during it
+    assert config["evaluation"]["epochs_per_eval"] > config["training"]["num_epochs"] == 2
+    assert config["training"]["save_model"] and config["training"]["checkpoint"]["interval"] == 1
     assert config["storage"]["embeddings"]["options"]["num_partitions"] == parts
     stats = config["storage"]["dataset"]
     assert (stats["num_valid"], stats["num_test"]) == tuple(len(ds.held_out_edges(s)) for s in ("val", "test"))
