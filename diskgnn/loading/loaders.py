@@ -154,7 +154,7 @@ class OfflineLoader(_Loader):
     def _work(self, b: int) -> MiniBatch:
         work = _work(self.samples[b], self.labels, self.target, self.cooperative, self.hag)
         if self.link is not None:
-            work.link = self.link[work.batch.index]
+            work.link = self.link[self.samples.batch_id(work.batch.index)]
         return work
 
     def disk_bytes(self) -> int:

@@ -82,6 +82,15 @@ class EpochSpec:
     partitions: tuple[int, int] | None = None
 
 
+def delete(files: EpochFiles) -> None:
+    """Deletes an epoch's (or an eval chunk's) sample and pack files."""
+    for path in (*files.samples.paths, *files.packs.paths):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
 class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, spec: EpochSpec):
         self.dataset, self.dir, self.spec = dataset, Path(workdir), spec
@@ -207,13 +216,25 @@ class OfflineEpochs:
         return packs
 
     def eval_files(self, split: str, seeds: np.ndarray | None, fanouts, epoch_key: int,
-                   max_batches: int | None = None, batches=None) -> EpochFiles:
-        """This rank's eval batches of a split (at most `max_batches` in all ranks), sampled and packed once for the
-        whole run: batches of `seeds`, or the given `batches`' seeds (link prediction's held-out edges)."""
-        samples = self._sample(f"{split}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
-                               max_batches=max_batches, batch_size=self.spec.eval_batch_size or self.spec.batch_size,
-                               shard=self.spec.eval_shard, every_batch=True, batches=batches)
-        return EpochFiles(samples, self.pack(samples, f"{split}.packs"))
+                   max_batches: int | None = None, batches=None, first: int = 0, name: str | None = None) -> EpochFiles:
+        """This rank's eval batches of a split from batch `first` on (at most `max_batches` in all ranks), sampled
+        and packed into files `name` (default: the split's): batches of `seeds`, or the given `batches`' seeds
+        (link prediction's held-out edges)."""
+        name = name or split
+        samples = self._sample(f"{name}.samples", fanouts=list(fanouts), epoch=epoch_key, seeds=seeds,
+                               max_batches=max_batches, batch_size=self.eval_batch_size,
+                               shard=self.spec.eval_shard, every_batch=True, batches=batches, first_batch=first)
+        return EpochFiles(samples, self.pack(samples, f"{name}.packs"))
+
+    @property
+    def eval_batch_size(self) -> int:
+        return self.spec.eval_batch_size or self.spec.batch_size
+
+    def settle(self) -> None:
+        """Waits for the background epoch to be made (its error, if any, is raised when its files are asked for):
+        the eval sets' packer then runs alone, as the plan counts it."""
+        if self._thread is not None:
+            self._thread.join()
 
     def _prepare(self, epoch: int) -> EpochFiles:
         samples = self._samples0 if epoch == 0 else self.sample(epoch)
@@ -253,12 +274,7 @@ class OfflineEpochs:
         """Deletes a finished epoch's files (fresh-sample mode keeps two epochs on disk at most)."""
         if self.spec.replay or epoch not in self._ready:
             return
-        files = self._ready.pop(epoch)
-        for path in (*files.samples.paths, *files.packs.paths):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+        delete(self._ready.pop(epoch))
 
     def close(self) -> None:
         if self._thread is not None:

@@ -156,6 +156,12 @@ class SampleFile(RecordFile):
         """The --hag mode its HAGs were searched under ("off": none stored)."""
         return self.meta.get("hag", {}).get("mode", "off")
 
+    def batch_id(self, b: int) -> int:
+        """Record b's batch in the whole epoch or eval set (a rank's share or a chunk holds some of them): what
+        its sampler key and its link batch are indexed by. (Batch.index is b: its pack region's too.)"""
+        ids = self.meta.get("batch_ids")
+        return b if ids is None else ids[b]
+
     def __getitem__(self, b: int) -> Batch:
         if not 0 <= b < len(self):
             raise IndexError(f"{self.path}: batch {b} out of range [0, {len(self)})")
@@ -211,7 +217,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
                  seeds: np.ndarray | None = None, threads: int | None = None, graph=None,
                  max_batches: int | None = None, sampler: Sampler = NEIGHBOR,
                  shard: tuple[int, int] = (0, 1), every_batch: bool = False, hag=None,
-                 batches=None, partition_rows: int = 0) -> SampleFile:
+                 batches=None, partition_rows: int = 0, first_batch: int = 0) -> SampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path` (.samples).
 
     `batches` instead: a sequence of link batches (LinkEpoch), read a group at a time, whose seeds are their
@@ -221,7 +227,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     `shard` = (rank, world) keeps the batches that rank trains (shard_batches),
     each sampled as the whole epoch's would be. `max_batches` then keeps the
     first batches only (runs that stop early need not sample, or pack, the rest). With `every_batch` (an eval
-    set) no batch is dropped to even the ranks out, and `max_batches` counts the whole epoch's. `hag` (a HagBuilder, see
+    set) no batch is dropped to even the ranks out, `max_batches` counts the whole epoch's, and `first_batch` skips
+    the batches before it (a chunk of the set: each batch is sampled as in the whole set). `hag` (a HagBuilder, see
     loading/hag.py) searches each batch's HAGs as it is sampled, in `threads` threads, and stores them after its
     record. Writes to temporary names and renames, index last, so a reader never sees half a file.
     """
@@ -248,7 +255,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         return out
     num_batches = len(batches)
     if every_batch:
-        index = np.arange(shard[0], min(num_batches, num_batches if max_batches is None else max_batches), shard[1])
+        stop = min(num_batches, num_batches if max_batches is None else max_batches)
+        index = np.arange(first_batch + (shard[0] - first_batch) % shard[1], stop, shard[1])
     else:
         index = shard_batches(num_batches, *shard)[:max_batches]
     threads = threads or os.cpu_count() or 1
@@ -298,7 +306,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "fanouts": fanouts, "batch_size": batch_size, "seed": seed, "epoch": epoch,
         "sampler": sampler.kind, "layer_dependency": sampler.layer_dependency,
         "batch_dependency": sampler.batch_dependency,
-        "num_batches": len(index), "num_seeds": seen_seeds, "shard": list(shard),
+        "num_batches": len(index), "num_seeds": seen_seeds, "shard": list(shard), "batch_ids": index.tolist(),
         "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
         "hag": {"mode": hag.mode if hag is not None else "off"},
         "partition_rows": partition_rows or None,

@@ -25,6 +25,7 @@ Run adds the model, the step, evaluation and checkpoints.
 from __future__ import annotations
 
 import shutil
+from contextlib import closing
 from pathlib import Path
 from typing import Callable
 
@@ -42,14 +43,15 @@ from ..loading.graph_hag import graph_hag
 from ..loading.hag import HagBuilder
 from ..loading.loaders import MiniBatch, OfflineLoader, OnlineLoader
 from ..loading.pipeline import StageTime
-from ..offline.epochs import EpochFiles, OfflineEpochs
+from ..offline.epochs import OfflineEpochs
+from ..offline.eval_sets import EvalSet, chunk_batches
 from ..store.store import FeatureStore
 from ..store.tiers import load_tiers
 from ..target import target_for
 from .config import TrainConfig
 from .options import from_options, save
-from .plan import Plan, disk_copies, make_plan, offline_spec
-from .report import distributed_line, hag_lines, measured_line, placed_line, plan_dict, plan_lines
+from .plan import Plan, disk_copies, make_plan, offline_spec, seeds_of
+from .report import distributed_line, eval_line, hag_lines, measured_line, placed_line, plan_dict, plan_lines
 from .tasks import EVAL_EPOCH
 from .workdir import hold_workdir
 
@@ -107,7 +109,7 @@ class Loader:
         self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use
         self.epochs: OfflineEpochs | None = None
         self.tiers = None
-        self.eval_files: dict[str, EpochFiles] = {}  # split -> its sampled eval batches, packed once
+        self.eval_sets: dict[str, EvalSet] = {}  # split -> its sampled eval batches, kept or streamed
         self.read_depth = self.plan.read_depth
         self._lock = None  # the workdir's, held while open
 
@@ -124,7 +126,7 @@ class Loader:
             self.say(line)
         if self.cfg.sampling_mode.ahead:
             self.plan = self._refine(self.plan)
-            self._pack_eval_sets()
+            self._make_eval_sets()
             self.tiers = load_tiers(self.ds, self.epochs.placement, self.device, self.cfg.backend, self.source,
                                     self.plan.host_gather.zero_copy)
             self.read_depth = self.plan.read_depth
@@ -137,7 +139,7 @@ class Loader:
         cfg, ds, group = self.cfg, self.ds, self.group
         self.epochs = OfflineEpochs(ds, self.workdir / "epochs", offline_spec(plan, cfg, self.source, group, self.hag))
         most = self.epochs.sample_first()
-        copies = disk_copies(cfg, self.task.train_items(ds), *(self.eval_size(s) for s in ("val", "test")))
+        copies = disk_copies(cfg, *self._items(), self.task.eval_batch())
         # a resumed run's embedding table and journal are on disk already, and counted by the plan again
         held = sum(f.stat().st_size for f in (self.workdir / "embeddings").glob("*.bin"))
         bound, plan = plan.batch_rows, plan.refined(ds, self.source, cfg, group.world, self.epochs, most, copies,
@@ -152,16 +154,24 @@ class Loader:
         self.say(placed_line(plan, self.workdir))
         return plan
 
-    def _pack_eval_sets(self) -> None:
-        """Now rather than at the first evaluation, where it would pack beside epoch 1's packer."""
+    def _items(self) -> tuple[int, int, int]:
+        """What the train epochs and the val and test sets are cut from (nodes, or edges)."""
+        return self.task.train_items(self.ds), self.eval_size("val"), self.eval_size("test")
+
+    def _make_eval_sets(self) -> None:
+        """The eval sets kept whole (sampled and packed now rather than at the first evaluation, where they would
+        pack beside epoch 1's packer), or streamed a chunk at a time past a train epoch's seeds."""
         cfg = self.cfg
         if not cfg.evaluation.sampled:
             return
+        chunk = chunk_batches(*seeds_of(cfg, *self._items(), self.task.eval_batch()), self.task.eval_batch())
         for split in ("val", "test"):
-            if self.eval_size(split):  # all of them: eval_files keeps this rank's share of their batches
+            if self.eval_size(split):  # all of them: each rank's set keeps its share of their batches
                 seeds, batches = self.task.eval_sets(self, split)
-                self.eval_files[split] = self.epochs.eval_files(split, seeds, cfg.eval_fanout_list, EVAL_EPOCH[split],
-                                                                cfg.eval_max_batches, batches)
+                self.eval_sets[split] = EvalSet(self.epochs, split, seeds=seeds, batches=batches,
+                                                fanouts=cfg.eval_fanout_list, epoch_key=EVAL_EPOCH[split],
+                                                max_batches=cfg.eval_max_batches, chunk=chunk)
+        self.say(eval_line(cfg, self.eval_sets, chunk))
 
     def say(self, line: str) -> None:
         """Logs on rank 0 only (every rank plans and trains alike)."""
@@ -209,17 +219,16 @@ class Loader:
         n = len(self.epochs.files(0).samples) if self.epochs else -(-self.train_ids.size // cfg.batch_size)
         return min(n, cfg.max_batches) if cfg.max_batches is not None else n
 
-    def evaluation(self, split: str) -> "Pass":
+    def evaluation(self, split: str) -> "Pass | EvalPass":
         """The batches of this rank's share of `split` ("val" or "test"), at most `eval_max_batches`; under
         --eval full, full-neighbour inference runs instead (diskgnn/nn/inference.py), not a pass."""
         self._opened()
         cfg = self.cfg
-        if cfg.sampling_mode.online:
-            source = self._online_source(self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split])
-        elif split in self.eval_files:
-            source = self._offline_source(self.eval_files[split], split)
-        else:
-            return Pass(self, None, np.arange(0), 0, train=False)  # this rank's share of the split is empty
+        if split in self.eval_sets:
+            return EvalPass(self, self.eval_sets[split], split)
+        if not cfg.sampling_mode.online:
+            return Pass(self, None, np.arange(0), 0, train=False)  # the split is empty
+        source = self._online_source(self.eval_seeds(split), cfg.eval_fanout_list, EVAL_EPOCH[split])
         order = np.arange(len(source))
         order = order[: cfg.eval_max_batches] if cfg.eval_max_batches is not None else order
         return Pass(self, source, order, 0, train=False)
@@ -366,3 +375,19 @@ class Pass:
 
     def disk_bytes(self) -> int:
         return self.source.disk_bytes() if self.source is not None else 0
+
+
+class EvalPass:
+    """An evaluation's batches, chunk by chunk (offline/eval_sets.py), each chunk a Pass."""
+
+    def __init__(self, loader: Loader, eval_set: EvalSet, split: str):
+        self.loader, self.eval_set, self.split = loader, eval_set, split
+
+    def __len__(self) -> int:
+        return len(self.eval_set)
+
+    def __iter__(self):
+        with closing(self.eval_set.chunks()) as chunks:
+            for files in chunks:
+                source = self.loader._offline_source(files, self.split)
+                yield from Pass(self.loader, source, np.arange(len(files.samples)), 0, train=False)

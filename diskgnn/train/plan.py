@@ -36,17 +36,24 @@ from .modes import Precision, Sampling
 from .working_set import batch_layers, working_set
 
 
-def disk_copies(cfg, train: int, val: int, test: int) -> float:
-    """How many epochs' samples and packs the workdir holds at once: the one training and (fresh epochs) the
-    next, being made meanwhile, plus the sampled evaluation's, in train epochs of seeds. Epochs and
-    evaluations cut to their first batches (--max-batches, --eval-max-batches) count only those."""
-    def cut(n: int, batches: int | None) -> int:
-        return n if batches is None else min(n, batches * cfg.batch_size)
+def seeds_of(cfg, train: int, val: int, test: int, eval_batch: int) -> tuple[int, int]:
+    """(a train epoch's seeds, the sampled evaluation's): val and test together, of `eval_batch` a batch, each cut
+    to its first batches where --max-batches or --eval-max-batches asks."""
+    def cut(n: int, batches: int | None, size: int) -> int:
+        return n if batches is None else min(n, batches * size)
 
+    return cut(train, cfg.max_batches, cfg.batch_size), \
+        cut(val, cfg.eval_max_batches, eval_batch) + cut(test, cfg.eval_max_batches, eval_batch)
+
+
+def disk_copies(cfg, train: int, val: int, test: int, eval_batch: int, streamed: bool = True) -> float:
+    """How many epochs' samples and packs the workdir holds at once, in train epochs of seeds: the one training
+    and (fresh epochs) the next, being made meanwhile, plus the sampled evaluation's: its sets kept, or two of
+    its `streamed` chunks, an epoch's at most (offline/eval_sets.py; a heterogeneous run keeps its sets whole)."""
     copies = 1 if cfg.sampling_mode.replay or cfg.epochs == 1 else 2
     if cfg.evaluation.sampled:
-        copies += (cut(val, cfg.eval_max_batches) + cut(test, cfg.eval_max_batches)) / max(1, cut(train,
-                                                                                                    cfg.max_batches))
+        train_seeds, eval_seeds = seeds_of(cfg, train, val, test, eval_batch)
+        copies += (min(eval_seeds, train_seeds) if streamed else eval_seeds) / max(1, train_seeds)
     return copies
 
 

@@ -72,6 +72,16 @@ def placed_line(plan, workdir) -> str:
             f"packs ~{format_size(plan.packs_bytes_per_epoch)} per epoch; {format_size(plan.disk_needed)} on "
             f"disk at once, {format_size(plan.disk_free)} free in {workdir}")
 
+def eval_line(cfg, sets: dict, chunk: int | None) -> str:
+    """How the sampled evaluation's batches are made: kept whole, or streamed in chunks (offline/eval_sets.py)."""
+    limit = "all" if cfg.eval_max_batches is None else f"the first {cfg.eval_max_batches:,}"
+    sizes = ", ".join(f"{split} {s.total:,} batches" for split, s in sets.items()) or "no eval batches"
+    how = ("sampled and packed once, kept for every evaluation" if chunk is None else
+           f"sampled and packed {chunk:,} batches at a time at each evaluation (the next chunk meanwhile), each "
+           "deleted once evaluated")
+    return f"plan: evaluation ({limit} of each split's batches, --eval-max-batches): {sizes}; {how}"
+
+
 def plan_dict(plan) -> dict:
     """summary.json's "plan"."""
     d = {"device": plan.device, "precision": plan.precision, "host_gather": plan.host_gather.line,

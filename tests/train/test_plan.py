@@ -213,17 +213,24 @@ def test_the_placed_plan_counts_the_disk_and_refuses_a_full_one(train_data, tmp_
 def test_disk_copies_count_only_the_batches_a_run_makes(train_data, tmp_path):
     """The disk check counts the epoch training and the next, plus the sampled evaluation: cut to
     --max-batches and --eval-max-batches where given (W1's 6.4M test nodes evaluated on 20 batches once
-    counted as 8 more epochs and refused a run that fit)."""
-    from diskgnn.train.plan import disk_copies
+    counted as 8 more epochs and refused a run that fit), and streamed past a train epoch's seeds, two chunks of
+    half an epoch on disk at most (W2's default evaluation once needed 79.6 GiB where training needed 1.1)."""
+    from diskgnn.offline.eval_sets import chunk_batches
+    from diskgnn.train.plan import disk_copies, seeds_of
 
     cfg = config(train_data, tmp_path, epochs=3, batch_size=16)
-    assert disk_copies(cfg, 800, 400, 6400) == 2 + 6800 / 800
+    assert disk_copies(cfg, 800, 400, 6400, 16) == 2 + 1  # 6,800 eval seeds streamed: 2 chunks of 400
+    assert disk_copies(cfg, 800, 400, 6400, 16, streamed=False) == 2 + 6800 / 800  # kept whole (hetero)
+    assert chunk_batches(*seeds_of(cfg, 800, 400, 6400, 16), 16) == 25
+    assert disk_copies(cfg, 800, 300, 100, 16) == 2 + 400 / 800 and chunk_batches(800, 400, 16) is None  # kept
     cut = config(train_data, tmp_path, epochs=3, batch_size=16, eval_max_batches=2)
-    assert disk_copies(cut, 800, 400, 6400) == 2 + 64 / 800
-    assert disk_copies(config(train_data, tmp_path, epochs=3, batch_size=16, eval_max_batches=2, max_batches=4),
-                       800, 10, 6400) == 2 + (10 + 32) / 64
-    assert disk_copies(config(train_data, tmp_path, epochs=1, eval="none"), 800, 400, 6400) == 1
-    assert disk_copies(config(train_data, tmp_path, epochs=3, sampling="replay", eval="none"), 800, 1, 1) == 1
+    assert disk_copies(cut, 800, 400, 6400, 16) == 2 + 64 / 800
+    assert disk_copies(cut, 800, 400, 6400, 1000) == 2 + 1  # link prediction: 1,000 held-out edges a batch
+    few = config(train_data, tmp_path, epochs=3, batch_size=16, eval_max_batches=2, max_batches=4)
+    assert disk_copies(few, 800, 10, 6400, 16) == 2 + 42 / 64 and seeds_of(few, 800, 10, 6400, 16) == (64, 42)
+    assert chunk_batches(64, 42, 16) is None and chunk_batches(64, 6400, 16) == 2 and chunk_batches(64, 65, 50) == 1
+    assert disk_copies(config(train_data, tmp_path, epochs=1, eval="none"), 800, 400, 6400, 16) == 1
+    assert disk_copies(config(train_data, tmp_path, epochs=3, sampling="replay", eval="none"), 800, 1, 1, 16) == 1
 
 
 def test_the_working_set_holds_the_packers_plan_for_an_epoch(train_data, tmp_path):

@@ -180,7 +180,8 @@ class HeteroRun:
         hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
         pack_bytes = sum((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0)
                          for t in s.types if t.feature_dim)
-        copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")))
+        copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")), cfg.batch_size,
+                             streamed=False)
         disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM) + self.tables.disk()
         free = shutil.disk_usage(self.workdir).free + self._held_on_disk()
         if disk > free:

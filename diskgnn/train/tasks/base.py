@@ -51,6 +51,10 @@ class Task:
         """Items of a val or test split (0: none)."""
         raise NotImplementedError
 
+    def eval_batch(self) -> int:
+        """Items (seeds, held-out edges) an eval batch holds."""
+        return self.cfg.batch_size
+
     def eval_sets(self, loader, split: str):
         """(seeds, batches) the split's eval batches are sampled from: a node split's seeds, or batches computed
         otherwise (OfflineEpochs.eval_files takes one of the two)."""

@@ -73,6 +73,9 @@ class LinkTask(Task):
     def eval_size(self, ds, split: str) -> int:
         return len(ds.held_out_edges(split))
 
+    def eval_batch(self) -> int:
+        return EVAL_CHUNK_EDGES
+
     def eval_sets(self, loader, split: str):
         return None, self.pass_batches(loader, split)
 
