@@ -119,6 +119,9 @@ ONEDNN_CACHE = _knob("ONEDNN_CACHE", 16, "int",
                      "1024 kept one set per batch shape, 0.14 GiB more over 300 W1 batches")
 INFERENCE_CHUNK = _knob("INFERENCE_CHUNK", 4096, "int",
                         "destination nodes per block in layer-wise full-neighbour inference")
+INFER_RECORD_S = _knob("INFER_RECORD_S", 5.0, "float",
+                       "diskgnn.infer: how often its progress (the rows on disk) is synced and recorded; a rerun "
+                       "after a kill recomputes at most this long")
 
 # -- the GPU path --------------------------------------------------------------------------------
 CUDA_BASE_RSS = _knob("CUDA_BASE_RSS", 128 << 20, "size",

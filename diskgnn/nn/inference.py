@@ -4,23 +4,30 @@ Sampled evaluation estimates each node's output from a few neighbours;
 layer-wise inference computes it exactly, with all neighbours, at the cost of
 one pass per layer over the graph. Layer l's outputs for all nodes go to a
 memory-mapped file in the workdir before layer l + 1 reads them, so memory
-stays at one chunk's rows whatever the graph's size; the last layer is
-computed for the requested nodes only. The first layer reads the stored rows
-of the run's FeatureSource (a quantized variant's codes, decoded on the device).
-With a stored whole-graph HAG (loading/graph_hag.py) the layers over every
-node take its chunks (their size is the HAG's) and sum through each chunk's
-HAG where it pays, on the CPU.
+stays at one chunk's rows whatever the graph's size; the last layer asked for
+is computed for the requested nodes only. A chunk holds at most `chunk_nodes`
+nodes and (where given) `chunk_edges` in-edges, so a budget bounds it on a
+power-law graph too (a node with more in-edges is a chunk alone). The first
+layer reads the stored rows of the run's FeatureSource (a quantized variant's
+codes, decoded on the device). A finished layer's file is kept with its
+checksum and the model's, so an interrupted run (diskgnn.infer) takes it up
+again rather than computing it twice. With a stored whole-graph HAG
+(loading/graph_hag.py) the layers over every node take its chunks (their size
+is the HAG's) and sum through each chunk's HAG where it pays, on the CPU.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import torch
+import xxhash
 
 from .. import defaults
 from ..data.features import FeatureSource, feature_source
+from ..data.files import file_checksum, write_atomic
 from ..data.format import Dataset
 from ..loading.blocks import full_block
 
@@ -32,44 +39,127 @@ def _rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(rows)
 
 
+def model_checksum(model) -> str:
+    """A hash of the model's weights, in state_dict order: which model a kept layer file came from."""
+    h = xxhash.xxh3_128()
+    for name, t in model.state_dict().items():
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def chunk_bounds(indptr: np.ndarray, chunk_nodes: int, chunk_edges: int | None = None) -> list[int]:
+    """Node ranges [b[i], b[i+1]) of at most `chunk_nodes` nodes and, where given, `chunk_edges` in-edges
+    (a node with more is a range alone)."""
+    n = len(indptr) - 1
+    if chunk_edges is None:
+        return list(range(0, n, chunk_nodes)) + [n]
+    bounds, lo = [0], 0
+    while lo < n:
+        # the most nodes from lo whose in-edges fit, at least one
+        fit = int(np.searchsorted(indptr, indptr[lo] + chunk_edges, side="right")) - 1 - lo
+        lo = min(n, lo + max(1, min(chunk_nodes, fit)))
+        bounds.append(lo)
+    return bounds
+
+
+class LayerWise:
+    """A model's layers over a dataset's graph, every neighbour, a layer at a time (see the module's docstring).
+    `workdir` holds the layers' files; `features`: the first layer's stored rows (default: features.bin);
+    `hag`: the dataset's GraphHag (its kernels are the CPU's)."""
+
+    def __init__(self, model, ds: Dataset, workdir, *, device: str = "cpu", features: FeatureSource | None = None,
+                 hag=None, chunk_nodes: int = defaults.INFERENCE_CHUNK, chunk_edges: int | None = None):
+        self.model, self.ds, self.device, self.hag = model, ds, device, hag
+        self.dir = Path(workdir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.source = features or feature_source(ds)
+        self.chunk_edges = chunk_edges
+        self.bounds = hag.bounds if hag is not None else chunk_bounds(ds.indptr, chunk_nodes, chunk_edges)
+        self.identity = {"model": model_checksum(model), "features": self.source.name,
+                         "dataset": ds.manifest.get("manifest_checksum"), "hag": hag is not None}
+        self.kept: list[Path] = []
+
+    def _layer(self, i: int, block, h, decode, src) -> torch.Tensor:
+        return self.model.layer(i, block.to(self.device), decode(_rows(h, src).to(self.device))).float().cpu()
+
+    def inputs(self, k: int, say=None):
+        """(rows, decode) that layer k reads: the stored features for k = 0, else layer k - 1's outputs for every
+        node, with layers 0 .. k - 1 computed (or taken up from a kept file whose checksum and model match)."""
+        h, decode = self.source.rows, self.source.decode_torch
+        for i in range(k):
+            path = self.dir / f"layer-{i}.f32"
+            meta_path = path.with_suffix(".json")
+            expect = {**self.identity, "layer": i}
+            if meta_path.exists() and path.exists():
+                meta = json.loads(meta_path.read_text())
+                if {key: meta.get(key) for key in expect} == expect and file_checksum(path) == meta["checksum"]:
+                    if say is not None:
+                        say(f"infer: layer {i} taken up from {path} (checksum checked)")
+                    h, decode = np.load(path, mmap_mode="r"), (lambda x: x)
+                    self.kept.append(path)
+                    continue
+            meta_path.unlink(missing_ok=True)
+            h = self._all_nodes(i, h, decode, path)
+            write_atomic(meta_path, (json.dumps({**expect, "checksum": file_checksum(path)}) + "\n").encode())
+            self.kept.append(path)
+            decode = lambda x: x  # noqa: E731 - layer outputs are float32 model values already
+            if say is not None:
+                say(f"infer: layer {i} of {len(self.model.layers)} done over {self.ds.num_nodes:,} nodes")
+        return h, decode
+
+    def _all_nodes(self, i: int, h, decode, path: Path) -> np.ndarray:
+        out = None
+        tmp = path.with_name(path.name + ".partial")
+        for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+            dst = np.arange(lo, hi)
+            block, src = full_block(self.ds.indptr, self.ds.indices, dst)
+            if self.hag is not None:
+                block.hag = self.hag[c]
+            y = self._layer(i, block, h, decode, src).numpy()
+            if out is None:
+                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.ds.num_nodes, y.shape[1]))
+            out[lo:hi] = y
+        out.flush()
+        del out
+        tmp.replace(path)
+        return np.load(path, mmap_mode="r")
+
+    def outputs(self, nodes: np.ndarray, k: int, batch_size: int, start: int = 0, say=None):
+        """(first row, layer k - 1's outputs) for nodes[start:] (the model's own outputs for k = its layers),
+        `batch_size` nodes at a time (duplicates allowed) and split further where their in-edges exceed the
+        chunk's, as float32 CPU tensors. Row i's value depends on the batches only through where they start:
+        from the same `start` (a multiple of `batch_size`), a rerun computes the same bytes."""
+        h, decode = self.inputs(k - 1, say)
+        nodes = np.asarray(nodes, dtype=np.int64)
+        indptr = self.ds.indptr
+        for s in range(start, nodes.size, batch_size):
+            batch = nodes[s: s + batch_size]
+            cuts = chunk_bounds(np.r_[0, np.cumsum(indptr[batch + 1] - indptr[batch])], batch.size,
+                                self.chunk_edges)
+            for a, b in zip(cuts[:-1], cuts[1:]):
+                unique, back = np.unique(batch[a:b], return_inverse=True)
+                block, src = full_block(indptr, self.ds.indices, unique)
+                yield s + a, self._layer(k - 1, block, h, decode, src)[torch.from_numpy(back.reshape(-1))]
+
+    def remove(self) -> None:
+        """Deletes the layers' files."""
+        for path in self.kept:
+            path.unlink(missing_ok=True)
+            path.with_suffix(".json").unlink(missing_ok=True)
+        self.kept = []
+
+
 @torch.no_grad()
 def full_neighbour_logits(model, ds: Dataset, nodes: np.ndarray, workdir, *,
                           batch_size: int = defaults.INFERENCE_CHUNK,
                           device: str = "cpu", features: FeatureSource | None = None, hag=None) -> torch.Tensor:
     """The model's outputs for `nodes` with every neighbour of every layer (model in eval mode);
-    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag (its
-    kernels are the CPU's)."""
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
-    indptr, indices = ds.indptr, ds.indices
-    source = features or feature_source(ds)
-    h, decode = source.rows, source.decode_torch
-    layers = len(model.layers)
-    chunk = max(batch_size, defaults.INFERENCE_CHUNK)
-    bounds = hag.bounds if hag is not None else list(range(0, ds.num_nodes, chunk)) + [ds.num_nodes]
-    paths = []
+    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag."""
+    lw = LayerWise(model, ds, workdir, device=device, features=features, hag=hag,
+                   chunk_nodes=max(batch_size, defaults.INFERENCE_CHUNK))
     try:
-        for i in range(layers - 1):
-            out = None
-            for c, (lo, hi) in enumerate(zip(bounds[:-1], bounds[1:])):
-                dst = np.arange(lo, hi)
-                block, src = full_block(indptr, indices, dst)
-                if hag is not None:
-                    block.hag = hag[c]
-                y = model.layer(i, block.to(device), decode(_rows(h, src).to(device))).float().cpu().numpy()
-                if out is None:
-                    paths.append(workdir / f"layer-{i}.f32")
-                    out = np.lib.format.open_memmap(paths[-1], mode="w+", dtype=np.float32,
-                                                    shape=(ds.num_nodes, y.shape[1]))
-                out[lo: lo + dst.size] = y
-            out.flush()
-            h, decode = out, (lambda x: x)  # layer outputs are float32 model values already
-        nodes = np.asarray(nodes, dtype=np.int64)
-        parts = []
-        for s in range(0, nodes.size, batch_size):
-            block, src = full_block(indptr, indices, nodes[s: s + batch_size])
-            parts.append(model.layer(layers - 1, block.to(device), decode(_rows(h, src).to(device))).float().cpu())
+        parts = [rows for _, rows in lw.outputs(nodes, len(model.layers), batch_size)]
         return torch.cat(parts) if parts else torch.empty(0)
     finally:
-        for path in paths:
-            path.unlink(missing_ok=True)
+        lw.remove()

@@ -140,6 +140,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         if group.leader:
             checkpoints.save("last", {**training_state(model, optimizer, state, history, best, cfg.to_dict(),
                                                        data.accounting), "world": group.world,
+                                      "dataset": data.ds.manifest.get("manifest_checksum"),
                                       **({"embeddings": {"generation": table.generation + 1, "steps": table.steps}}
                                          if table else {})})
         if table is not None:
@@ -161,7 +162,8 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
                 if group.leader:
-                    checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
+                    checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch,
+                                              "dataset": data.ds.manifest.get("manifest_checksum")})
             save_last(EpochState(epoch + 1))
         # The embedding table is the last epoch's, so its model is the one to test with it.
         if best["epoch"] >= 0 and table is None:

@@ -1,0 +1,223 @@
+"""`python -m diskgnn.infer --workdir RUN --out OUT.npy|OUT.zarr`: a trained run's outputs for every node (or a
+split, or a list of ids), written out of core.
+
+The model is the run's checkpoint (best.pt by default) rebuilt from the run's config.yaml, on its dataset
+(or --data, checked against the checkpoint). Layer-wise, with every neighbour: each layer but the last
+over every node, a chunk at a time, into a file under OUT.layers/; the last asked for over the selected
+nodes only, written to OUT a batch at a time (output.py). Chunks are bounded by --memory-budget (nodes and
+in-edges), so memory stays at a chunk's rows whatever the graph's size. `--output`: logits or predictions
+(node classification), embeddings (the last hidden layer; --task link: the model's output, what its decoder
+scores), or table (an --embeddings run's learned values). Interrupted and rerun, it goes on where it
+stopped: finished layers are taken up (their checksum and model checked), and the output from its last
+recorded batch.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from ..data.builtin import default_dataset
+from ..data.features import feature_source
+from ..data.files import file_checksum
+from ..data.format import open_dataset, read_manifest
+from ..data.hetero.format import is_hetero
+from ..errors import ArgumentParser, DiskgnnError, UsageError
+from ..nn.inference import LayerWise
+from ..nn.models import GNN, layer_dims
+from ..train.checkpoints import Checkpoints
+from ..train.config import TrainConfig
+from ..train.options import load_yaml
+from ..train.plan import resolve_device
+from ..units import parse_size
+from .output import Output, kind_of, side
+
+OUTPUTS = ("logits", "predictions", "embeddings", "table")
+
+
+def parser() -> ArgumentParser:
+    p = ArgumentParser(prog="python -m diskgnn.infer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--workdir", required=True, help="a trained run's workdir (its config.yaml and checkpoints/)")
+    p.add_argument("--out", required=True, help="OUT.npy, or OUT.zarr (a zarr array; needs zarr installed)")
+    p.add_argument("--output", choices=OUTPUTS, default=None,
+                   help="what to write (default: predictions; --task link: embeddings)")
+    p.add_argument("--nodes", default="all", help="all, train, val, test, or FILE.npy of node ids (default: all)")
+    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--data", default=None, help="the dataset (default: the run's)")
+    p.add_argument("--memory-budget", default="2GiB", help="what a chunk's rows and activations may take")
+    p.add_argument("--batch-size", type=int, default=65536, help="output rows computed and written at a time")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--overwrite", action="store_true", help="replace a finished OUT")
+    p.add_argument("--progress", action=__import__("argparse").BooleanOptionalAction, default=True)
+    return p
+
+
+def run_config(workdir: Path) -> TrainConfig:
+    path = workdir / "config.yaml"
+    if not path.is_file():
+        raise DiskgnnError(f"--workdir {workdir}: no config.yaml: not the workdir of a diskgnn.train run")
+    return TrainConfig(**load_yaml(path))
+
+
+def checkpoint_state(workdir: Path, which: str) -> tuple[Path, dict]:
+    if which in ("best", "last"):
+        checkpoints = Checkpoints(workdir / "checkpoints")
+        path, state = checkpoints.path(which), checkpoints.load(which)
+    else:
+        path = Path(which)
+        if not path.is_file():
+            raise DiskgnnError(f"--checkpoint {which}: no such file")
+        state = Checkpoints(path.parent).load(path.stem)
+    if state is None:
+        raise DiskgnnError(f"{path}: no checkpoint (did the run finish an epoch?)")
+    return path, state
+
+
+def select(spec: str, ds) -> np.ndarray:
+    if spec == "all":
+        return np.arange(ds.num_nodes, dtype=np.int64)
+    if spec in ("train", "val", "test"):
+        return np.asarray(ds.split(spec), dtype=np.int64)
+    path = Path(spec)
+    try:
+        ids = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DiskgnnError(f"--nodes {spec}: not all|train|val|test or a readable .npy of node ids ({e})") from None
+    if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
+        raise DiskgnnError(f"--nodes {spec}: expected a 1-D array of integer node ids, got {ids.dtype} {ids.shape}")
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() >= ds.num_nodes):
+        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
+        raise DiskgnnError(f"--nodes {spec}: node id {bad} out of range [0, {ds.num_nodes})")
+    return ids
+
+
+def build_model(cfg: TrainConfig, ds, path: Path, state: dict):
+    task = cfg.task_spec
+    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, task.output_dim(ds), len(cfg.fanout_list),
+                cfg.dropout, cfg.heads)
+    task.head(model)
+    saved = state.get("dataset")
+    if saved is not None and saved != ds.manifest.get("manifest_checksum"):
+        raise DiskgnnError(f"{path}: trained on another dataset than {ds.path} (its manifest checksum differs)")
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as e:
+        first = str(e).splitlines()[1].strip() if len(str(e).splitlines()) > 1 else str(e)
+        raise DiskgnnError(f"{path}: not a checkpoint of a {cfg.model} model with hidden {cfg.hidden} on "
+                           f"{ds.path} ({first})") from None
+    return model.eval()
+
+
+def chunk_edges(budget: int, widest: int) -> int:
+    """In-edges a chunk may have: its source rows (at most one an edge) at the widest layer input, float32 and a
+    copy, and the block's indices, in a quarter of the budget."""
+    return max(1, budget // 4 // (8 * widest + 16))
+
+
+def main(argv=None) -> None:
+    args = parser().parse_args(argv)
+    workdir, out = Path(args.workdir), Path(args.out)
+    kind_of(out)
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
+    budget = parse_size(args.memory_budget, "--memory-budget")
+    cfg = run_config(workdir)
+    data = args.data or cfg.data or default_dataset(False)  # the run's: the built-in one where it named none
+    if is_hetero(read_manifest(data, None)):
+        raise UsageError(f"{data}: a heterogeneous dataset: diskgnn.infer does not run heterogeneous models yet")
+    ds = open_dataset(data)
+    task = cfg.task_spec
+    output = args.output or ("embeddings" if task.name == "link" else "predictions")
+    if task.name == "link" and output in ("logits", "predictions"):
+        raise UsageError(f"--output {output}: a --task link model outputs embeddings (what its decoder scores)")
+    if output == "table" and not cfg.embeddings:
+        raise UsageError("--output table: the run learned no --embeddings table")
+    if cfg.embeddings and output != "table":
+        raise UsageError(f"--output {output}: a run with --embeddings reads its learned table beside the features; "
+                         "layer-wise inference over it is not supported yet (--output table writes the table)")
+    if out.exists() and not args.overwrite:
+        raise DiskgnnError(f"--out {out}: exists (pass --overwrite to replace it)")
+    nodes = select(args.nodes, ds)
+    started = time.perf_counter()
+    if output == "table":
+        manifest = write_table(cfg, ds, workdir, nodes, out, args)
+    else:
+        manifest = write_model_outputs(cfg, ds, workdir, nodes, out, output, budget, args)
+    seconds = time.perf_counter() - started
+    print(f"infer: wrote {output} of {nodes.size:,} nodes to {out} ({manifest['dtype']} {manifest['shape']}) in "
+          f"{seconds:.1f} s ({nodes.size / max(seconds, 1e-9):,.0f} rows/s); manifest {side(out, '.manifest.json')}")
+
+
+def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, output: str, budget: int, args) -> dict:
+    path, state = checkpoint_state(workdir, args.checkpoint)
+    model = build_model(cfg, ds, path, state)
+    device = resolve_device(args.device)
+    model.to(device)
+    layers = len(model.layers)
+    if output == "embeddings" and cfg.task_spec.name != "link" and layers < 2:
+        raise UsageError("--output embeddings: a 1-layer model has no hidden layer")
+    k = layers if output != "embeddings" or cfg.task_spec.name == "link" else layers - 1
+    source = feature_source(ds, cfg.features)
+    dims = layer_dims(ds.feature_dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
+    lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
+                   chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)))
+    cols = dims[k]
+    shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
+    identity = {"checkpoint": file_checksum(path), "output": output, "layer": k,
+                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{_ids_checksum(nodes)})"}
+    result = Output(out, shape, dtype, identity, args.batch_size)
+    say = print if args.progress else None
+    start = result.rows_done - result.rows_done % args.batch_size  # batches start where the first run's did
+    bar = tqdm(total=nodes.size, initial=start, unit="row", desc="infer", disable=not args.progress,
+               dynamic_ncols=True)
+    with torch.no_grad():
+        for start, rows in lw.outputs(nodes, k, args.batch_size, start=start, say=say):
+            rows = rows.argmax(1).to(torch.int32) if output == "predictions" else rows
+            result.write(start, rows.numpy())
+            bar.update(len(rows))
+    bar.close()
+    manifest = result.commit({"checkpoint_path": str(path), "epoch": state.get("epoch"), "workdir": str(workdir),
+                              "dataset": str(ds.path), "dataset_checksum": ds.manifest.get("manifest_checksum"),
+                              "model": {"kind": cfg.model, "layers": layers, "hidden": cfg.hidden,
+                                        "heads": cfg.heads, "task": cfg.task_spec.name, "features": source.name},
+                              "neighbours": "all (layer-wise, exact)"})
+    lw.remove()
+    shutil.rmtree(side(out, ".layers"), ignore_errors=True)
+    return manifest
+
+
+def write_table(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, args) -> dict:
+    """An --embeddings run's learned values for the selected nodes, from its table as last flushed."""
+    table = workdir / "embeddings" / "table.bin"
+    meta_path = table.with_name("table.json")
+    if not meta_path.is_file():
+        raise DiskgnnError(f"{meta_path}: missing: the run's embedding table is gone")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("num_nodes") != ds.num_nodes:
+        raise DiskgnnError(f"{table}: a table of {meta.get('num_nodes')} rows, the dataset has {ds.num_nodes:,} nodes")
+    width = meta["row_bytes"] // 4
+    values = np.memmap(table, dtype=np.float32, mode="r", shape=(ds.num_nodes, width))
+    identity = {"table": f"{meta_path} generation of {table.stat().st_mtime_ns}", "output": "table",
+                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{_ids_checksum(nodes)})"}
+    result = Output(out, (nodes.size, meta["dim"]), np.float32, identity, args.batch_size)
+    for s in range(result.rows_done, nodes.size, args.batch_size):
+        ids = nodes[s: s + args.batch_size]
+        order = np.argsort(ids, kind="stable")
+        rows = np.empty((ids.size, meta["dim"]), np.float32)
+        rows[order] = values[ids[order], : meta["dim"]]
+        result.write(s, rows)
+    return result.commit({"workdir": str(workdir), "dataset": str(ds.path),
+                          "dataset_checksum": ds.manifest.get("manifest_checksum"), "table": str(table)})
+
+
+def _ids_checksum(ids: np.ndarray) -> str:
+    import xxhash
+
+    return xxhash.xxh3_128(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
