@@ -115,13 +115,14 @@ def not_run(system: str, status: str, why: str) -> dict:
 
 
 def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit_s: float, *,
-               cwd=None, env=None, timeout=None, metrics=None) -> dict:
+               cwd=None, env=None, timeout=None, metrics=None, log: Path | None = None) -> dict:
     """Runs a peer under a cgroup memory cap and reports its epoch times, parsed from its output.
 
     `epoch_pattern` is a regex whose first group is one epoch's time in units of
     `epoch_unit_s` seconds. A run that exits 0 without such a line is still "ok"
     (the peer trained) but says why it has no times. `metrics(output)`, where
     given, adds what the peer reported it learned (accuracy, MRR) to the row.
+    `log`: where its whole output is kept (the row holds its last lines only).
     """
     from bench.harness.memcap import CapUnavailable, run_capped
 
@@ -130,6 +131,8 @@ def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit
     except CapUnavailable as e:
         return not_run(system, "unavailable", f"cannot apply the memory cap: {e}")
     output = (r.stdout or "") + (r.stderr or "")
+    if log is not None:
+        write_text(Path(log), output)
     times = [float(t) * epoch_unit_s for t in re.findall(epoch_pattern, output)]
     row = {"system": system, "status": "ok", "epoch_times_s": times, "argv": argv, "cap_bytes": r.cap_bytes,
            "cgroup_peak_bytes": r.peak_bytes, "oom_killed": r.oom_killed, "timed_out": r.timed_out,

@@ -396,7 +396,8 @@ def run(out, *, cap=None, timeout=None) -> dict:
     info = read_export_info(out)
     config = Path(out).absolute() / CONFIG
     return capped_row("marius", [exe, str(config)], cap or info["options"]["cap_bytes"],
-                      r"Epoch Runtime:\s*([0-9.]+)\s*ms", 1e-3, timeout=timeout, metrics=metrics)
+                      r"Epoch Runtime:\s*([0-9.]+)\s*ms", 1e-3, timeout=timeout, metrics=metrics,
+                      log=Path(out).absolute() / "marius_train.log")
 
 
 def metrics(output: str) -> dict:
