@@ -7,9 +7,9 @@ import importlib
 import sys
 
 BENCHMARKS = ["prepare", "reader", "offline", "epoch", "scaling", "quantized", "dependent", "distributed", "hag", "step",
-              "accuracy", "faults", "budget", "pyg", "gpu", "hetero", "link"]
+              "accuracy", "faults", "budget", "pyg", "gpu", "hetero", "link", "infer"]
 # `all`: those that run on any machine (gpu needs a CUDA device; pyg's accuracy study its own venv; hetero writes
-# 26 GB of features; link trains two systems for hours)
+# 26 GB of features; link trains two systems for hours; infer prepares W2)
 ALL = BENCHMARKS[: BENCHMARKS.index("pyg")]
 
 

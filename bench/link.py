@@ -26,14 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 from diskgnn.units import parse_size
 
-from .harness.common import REPO, block_device, drop_caches, machine_info
+from .harness.common import REPO, DiskCounter, block_device, drop_caches, machine_info
 from .harness.memcap import CapUnavailable, run_capped
 from .harness.output import add_output_args, command_line, write_json
 from .harness.workload import prepare_once
@@ -63,34 +62,6 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--smoke", action="store_true")
     add_output_args(ap, "link")
     return ap
-
-
-def device_bytes(device: str | None) -> tuple[int, int]:
-    """Bytes the disk has read and written since boot (/sys/block/DEV/stat: sectors of 512 bytes)."""
-    if device is None:
-        return 0, 0
-    try:
-        fields = Path(f"/sys/block/{device}/stat").read_text().split()
-    except OSError:
-        return 0, 0
-    return int(fields[2]) * 512, int(fields[6]) * 512
-
-
-class DiskCounter:
-    """The disk's bytes read and written over a block (dirty pages synced at both ends)."""
-
-    def __init__(self, device: str | None):
-        self.device = device
-
-    def __enter__(self):
-        os.sync()
-        self.start = device_bytes(self.device)
-        return self
-
-    def __exit__(self, *exc):
-        os.sync()
-        end = device_bytes(self.device)
-        self.read, self.written = end[0] - self.start[0], end[1] - self.start[1]
 
 
 def link_options(args) -> dict:
@@ -148,7 +119,7 @@ def rank_marius(args, work: Path, cap: str, row: dict) -> dict:
     """MariusGNN's saved models ranked after its run (marius_link: why), outside the cap and the disk count;
     their val MRR at the wall time each epoch's training ended."""
     found = marius_link.evaluate(work / f"marius-{cap}", timeout=args.timeout)
-    if found.get("eval_why"):
+    if found.get("eval_why") and row["status"] == "ok":
         row["why"] = found["eval_why"]
     row["wall_s_at_val"] = row["wall_s_at_val"][:len(found.get("val_mrr_per_epoch", []))]
     return {**row, **found}
@@ -164,7 +135,7 @@ def time_to(row: dict, target: float) -> float | None:
 
 def compare(rows: list[dict]) -> dict:
     """Each system's best val MRR and the time to it, and every system's time to the lowest of the bests."""
-    done = [r for r in rows if r.get("status") == "ok" and r.get("val_mrr_per_epoch")]
+    done = [r for r in rows if r.get("val_mrr_per_epoch")]  # a run that died later keeps the epochs it ranked
     best = {r["system"]: max(r["val_mrr_per_epoch"]) for r in done}
     out = {"best_val_mrr": best, "time_to_best_s": {r["system"]: time_to(r, best[r["system"]]) for r in done}}
     if len(done) > 1:
@@ -201,7 +172,7 @@ def main(argv=None) -> dict:
             except CapUnavailable as e:
                 row = {"system": system, "status": "unavailable", "why": f"cannot apply the memory cap: {e}"}
             row.update(page_cache_dropped=dropped is None, disk_read_bytes=disk.read, disk_written_bytes=disk.written)
-            if system == "marius" and row["status"] == "ok":
+            if system == "marius" and row.get("wall_s_at_val"):  # an epoch or more trained, even if it died later
                 row = rank_marius(args, work, cap, row)
             rows.append(row)
             print(f"{cap} {system}: {row['status']}: epochs {row.get('epoch_times_s')}, val MRR "

@@ -189,3 +189,31 @@ class GpuUtilisation:
             out, _ = self.proc.communicate()
             self.result = parse_nvidia_smi(out)
         return False
+
+
+def device_bytes(device: str | None) -> tuple[int, int]:
+    """Bytes the disk has read and written since boot (/sys/block/DEV/stat: sectors of 512 bytes)."""
+    if device is None:
+        return 0, 0
+    try:
+        fields = Path(f"/sys/block/{device}/stat").read_text().split()
+    except OSError:
+        return 0, 0
+    return int(fields[2]) * 512, int(fields[6]) * 512
+
+
+class DiskCounter:
+    """The disk's bytes read and written over a block (dirty pages synced at both ends)."""
+
+    def __init__(self, device: str | None):
+        self.device = device
+
+    def __enter__(self):
+        os.sync()
+        self.start = device_bytes(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        os.sync()
+        end = device_bytes(self.device)
+        self.read, self.written = end[0] - self.start[0], end[1] - self.start[1]

@@ -64,20 +64,20 @@ def _eval_config(out: Path, config: dict, model_dir: Path, split: str) -> Path:
 
 def evaluate(out, *, timeout=None) -> dict:
     """Val MRR of each epoch's saved model and the last one's test MRR and Hits@10, by `marius_eval` (beside
-    the marius_train that trained them), uncapped. `eval_s`: the seconds the evaluations took; `eval_why`: why
-    some did not run, where none or not all did."""
+    the marius_train that trained them), uncapped; where the run died, those of the epochs it saved. `eval_s`:
+    the seconds the evaluations took; `eval_why`: why some did not run, where none or not all did."""
     out = Path(out).absolute()
     exe = Path(executable()).with_name("marius_eval")
     if not (exe.is_file() and os.access(exe, os.X_OK)):
         return {"eval_why": f"{exe}: no marius_eval beside marius_train to rank the saved models with"}
     config = yaml.safe_load((out / CONFIG).read_text())
     models = saved_models(out, config["training"]["num_epochs"])
+    saved = next((k for k, m in enumerate(models) if not (m / "model.pt").is_file()), len(models))
     row: dict = {"val_mrr_per_epoch": [], "eval_s": 0.0}
-    for k, model_dir in enumerate(models, 1):
-        for split in ("val", "test") if k == len(models) else ("val",):
-            if not (model_dir / "model.pt").is_file():
-                row["eval_why"] = f"{model_dir}: no saved model (the run stopped before epoch {k} ended)"
-                return row
+    if saved < len(models):
+        row["eval_why"] = f"{models[saved]}: no saved model (the run stopped before epoch {saved + 1} ended)"
+    for k, model_dir in enumerate(models[:saved], 1):
+        for split in ("val", "test") if k == saved else ("val",):
             t0 = time.perf_counter()
             r = subprocess.run([str(exe), str(_eval_config(out, config, model_dir, split))], capture_output=True,
                                text=True, timeout=timeout)

@@ -332,3 +332,24 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
     comparison = saved["caps"]["1GiB"]["comparison"]
     assert comparison["common_target"] == min(d["val_mrr_per_epoch"][0], 0.0001) == result["caps"]["1GiB"][
         "comparison"]["common_target"]
+
+
+def test_infer_bench_smoke(tmp_path):
+    """bench.infer at tiny size: a model trained a few batches, every node's predictions written under a cap, and
+    PyG's in-memory layer-wise inference of the same model agreeing with them."""
+    from bench import infer
+    from bench.harness.memcap import CapUnavailable
+
+    try:
+        result = infer.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "i.json")])
+    except CapUnavailable as e:
+        pytest.skip(f"no memory cgroup here ({e}); the cap itself is tested in tests/bench/test_memcap.py")
+    saved = json.loads((tmp_path / "i.json").read_text())
+    row = saved["diskgnn"]
+    assert row["cgroup"]["returncode"] == 0 and not row["cgroup"]["oom_killed"] and row["rows_per_s"] > 0
+    assert row["manifest"]["shape"] == [20_000] and 0 <= row["test_acc"] <= 1 and row["disk_written_bytes"] >= 0
+    pyg = result["pyg"]
+    if pyg["status"] != "ok":
+        pytest.skip(f"PyG: {pyg['status']} ({pyg.get('why')}); diskgnn's row was checked")
+    assert pyg["agreement"] > 0.999 and pyg["test_acc"] == pytest.approx(row["test_acc"], abs=1e-3)
+
