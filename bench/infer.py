@@ -85,7 +85,7 @@ def pyg_layerwise(ds, model, chunk: int = 65536) -> np.ndarray:
             dst = torch.from_numpy(np.repeat(np.arange(hi - lo), np.diff(indptr[lo: hi + 1])))
             with torch.no_grad():
                 out[lo:hi] = conv((x, x[lo:hi]), torch.stack([src, dst]), size=(n, hi - lo))
-        x = out.relu() if i < len(model.layers) - 1 else out
+        x = out.relu_() if i < len(model.layers) - 1 else out
     return x.numpy()
 
 
@@ -95,7 +95,8 @@ def pyg_row(ds, run: Path, predictions: np.ndarray, args) -> dict:
         return {"status": "off"}
     if importlib.util.find_spec("torch_geometric") is None:
         return {"status": "not installed", "why": "pip install torch-geometric (the pyg extra)"}
-    need = ds.num_nodes * ds.feature_dim * 4 * 3 + ds.num_edges * 24
+    # the features, one layer's outputs beside its inputs (hidden 256), the topology and a chunk's edges
+    need = ds.num_nodes * (ds.feature_dim + 2 * 256) * 4 + ds.num_edges * 12 + (256 << 20)
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
     if need > 0.8 * available:
