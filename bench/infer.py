@@ -121,7 +121,7 @@ def main(argv=None) -> dict:
     args = parser().parse_args(argv)
     command = command_line("bench.infer", argv)
     if args.smoke:
-        args.nodes, args.max_batches, args.cap, args.budget, args.batch_size = 20_000, 5, "1GiB", "512MiB", 4096
+        args.nodes, args.max_batches, args.cap, args.budget, args.batch_size = 20_000, 5, "1536MiB", "1GiB", 4096
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     info = machine_info(work)

@@ -216,7 +216,8 @@ class OfflineEpochs:
         return packs
 
     def eval_files(self, split: str, seeds: np.ndarray | None, fanouts, epoch_key: int,
-                   max_batches: int | None = None, batches=None, first: int = 0, name: str | None = None) -> EpochFiles:
+                   max_batches: int | None = None, batches=None, first: int = 0,
+                   name: str | None = None) -> EpochFiles:
         """This rank's eval batches of a split from batch `first` on (at most `max_batches` in all ranks), sampled
         and packed into files `name` (default: the split's): batches of `seeds`, or the given `batches`' seeds
         (link prediction's held-out edges)."""
