@@ -17,7 +17,7 @@ import pytest
 from conftest import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
-SCRIPTS = ("diskgnn-prepare", "diskgnn-verify", "diskgnn-quantize", "diskgnn-train")
+SCRIPTS = ("diskgnn-prepare", "diskgnn-verify", "diskgnn-quantize", "diskgnn-train", "diskgnn-infer")
 
 
 def needs_compiler():
