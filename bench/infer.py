@@ -95,8 +95,8 @@ def pyg_row(ds, run: Path, predictions: np.ndarray, args) -> dict:
         return {"status": "off"}
     if importlib.util.find_spec("torch_geometric") is None:
         return {"status": "not installed", "why": "pip install torch-geometric (the pyg extra)"}
-    # the features, one layer's outputs beside its inputs (hidden 256), the topology and a chunk's edges
-    need = ds.num_nodes * (ds.feature_dim + 2 * 256) * 4 + ds.num_edges * 12 + (256 << 20)
+    # the features beside the first layer's outputs (hidden 256, ReLU in place), the topology, a chunk's edges
+    need = ds.num_nodes * (ds.feature_dim + 256) * 4 + ds.num_edges * 12 + (512 << 20)
     with open("/proc/meminfo") as f:
         available = next(int(line.split()[1]) << 10 for line in f if line.startswith("MemAvailable:"))
     if need > 0.8 * available:
