@@ -29,12 +29,13 @@ from ..data.files import file_checksum
 from ..data.format import open_dataset, read_manifest
 from ..data.hetero.format import is_hetero
 from ..errors import ArgumentParser, DiskgnnError, UsageError
-from ..nn.inference import LayerWise
-from ..nn.models import GNN, layer_dims
+from ..nn.inference import LayerWise, read_rows
+from ..nn.models import layer_dims
 from ..train.checkpoints import Checkpoints
 from ..train.config import TrainConfig
 from ..train.options import load_yaml
 from ..train.plan import resolve_device
+from ..train.run import new_model
 from ..units import parse_size
 from .output import Output, kind_of, side
 
@@ -99,10 +100,7 @@ def select(spec: str, ds) -> np.ndarray:
 
 
 def build_model(cfg: TrainConfig, ds, path: Path, state: dict):
-    task = cfg.task_spec
-    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, task.output_dim(ds), len(cfg.fanout_list),
-                cfg.dropout, cfg.heads)
-    task.head(model)
+    model = new_model(cfg, ds)
     saved = state.get("dataset")
     if saved is not None and saved != ds.manifest.get("manifest_checksum"):
         raise DiskgnnError(f"{path}: trained on another dataset than {ds.path} (its manifest checksum differs)")
@@ -208,11 +206,7 @@ def write_table(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, args) -> d
                 "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{_ids_checksum(nodes)})"}
     result = Output(out, (nodes.size, meta["dim"]), np.float32, identity, args.batch_size)
     for s in range(result.rows_done, nodes.size, args.batch_size):
-        ids = nodes[s: s + args.batch_size]
-        order = np.argsort(ids, kind="stable")
-        rows = np.empty((ids.size, meta["dim"]), np.float32)
-        rows[order] = values[ids[order], : meta["dim"]]
-        result.write(s, rows)
+        result.write(s, read_rows(values, nodes[s: s + args.batch_size])[:, : meta["dim"]].numpy())
     return result.commit({"workdir": str(workdir), "dataset": str(ds.path),
                           "dataset_checksum": ds.manifest.get("manifest_checksum"), "table": str(table)})
 

@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-import xxhash
 
 from .. import defaults
 from ..data.files import fsync_path, guard_io, write_atomic
 from ..errors import DiskgnnError
+from ..nn.inference import rows_checksum
 
 FORMAT, VERSION = "diskgnn-inference", 1
 
@@ -95,11 +95,7 @@ class Output:
 
     def checksum(self) -> str:
         """xxh3-128 of the rows' bytes in order (C order, little-endian), read back a chunk at a time."""
-        h = xxhash.xxh3_128()
-        for s in range(0, self.shape[0], self.chunk_rows):
-            h.update(np.ascontiguousarray(self.array[s: s + self.chunk_rows], dtype=self.dtype.newbyteorder("<"))
-                     .tobytes())
-        return h.hexdigest()
+        return rows_checksum(self.array, self.chunk_rows)
 
     def commit(self, manifest: dict) -> dict:
         """Checksums the finished array, puts it in place and writes its manifest; returns the manifest."""
@@ -136,7 +132,7 @@ def read_output(path) -> np.ndarray:
         import zarr
 
         rows = zarr.open_array(str(path), mode="r")[:]
-    got = xxhash.xxh3_128(np.ascontiguousarray(rows).tobytes()).hexdigest()
+    got = rows_checksum(rows)
     if manifest["checksum"] != f"xxh3_128:{got}":
         raise DiskgnnError(f"{path}: fails the checksum in its manifest (the output is damaged)")
     return np.asarray(rows)

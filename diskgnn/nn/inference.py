@@ -27,12 +27,13 @@ import xxhash
 
 from .. import defaults
 from ..data.features import FeatureSource, feature_source
-from ..data.files import file_checksum, write_atomic
+from ..data.files import write_atomic
 from ..data.format import Dataset
 from ..loading.blocks import full_block
 
 
-def _rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
+def read_rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
+    """source[ids] read in id order (a map forwards), as a tensor."""
     order = np.argsort(ids)  # read the map forwards
     rows = np.empty((ids.size,) + source.shape[1:], dtype=source.dtype)
     rows[order] = source[ids[order]]
@@ -63,6 +64,15 @@ def chunk_bounds(indptr: np.ndarray, chunk_nodes: int, chunk_edges: int | None =
     return bounds
 
 
+def rows_checksum(rows, chunk_rows: int = 1 << 16) -> str:
+    """xxh3-128 of an array's rows in order (little-endian C order), read a chunk of rows at a time: a .npy map's
+    or a zarr array's alike."""
+    hashed, dtype = xxhash.xxh3_128(), np.dtype(rows.dtype).newbyteorder("<")
+    for s in range(0, rows.shape[0], chunk_rows):
+        hashed.update(np.ascontiguousarray(rows[s: s + chunk_rows], dtype=dtype).tobytes())
+    return hashed.hexdigest()
+
+
 class LayerWise:
     """A model's layers over a dataset's graph, every neighbour, a layer at a time (see the module's docstring).
     `workdir` holds the layers' files; `features`: the first layer's stored rows (default: features.bin);
@@ -81,7 +91,7 @@ class LayerWise:
         self.kept: list[Path] = []
 
     def _layer(self, i: int, block, h, decode, src) -> torch.Tensor:
-        return self.model.layer(i, block.to(self.device), decode(_rows(h, src).to(self.device))).float().cpu()
+        return self.model.layer(i, block.to(self.device), decode(read_rows(h, src).to(self.device))).float().cpu()
 
     def inputs(self, k: int, say=None):
         """(rows, decode) that layer k reads: the stored features for k = 0, else layer k - 1's outputs for every
@@ -93,23 +103,26 @@ class LayerWise:
             expect = {**self.identity, "layer": i}
             if meta_path.exists() and path.exists():
                 meta = json.loads(meta_path.read_text())
-                if {key: meta.get(key) for key in expect} == expect and file_checksum(path) == meta["checksum"]:
+                same = {key: meta.get(key) for key in expect} == expect
+                if same and rows_checksum(np.load(path, mmap_mode="r")) == meta["checksum"]:
                     if say is not None:
                         say(f"infer: layer {i} taken up from {path} (checksum checked)")
                     h, decode = np.load(path, mmap_mode="r"), (lambda x: x)
                     self.kept.append(path)
                     continue
             meta_path.unlink(missing_ok=True)
-            h = self._all_nodes(i, h, decode, path)
-            write_atomic(meta_path, (json.dumps({**expect, "checksum": file_checksum(path)}) + "\n").encode())
+            h, checksum = self._all_nodes(i, h, decode, path)
+            write_atomic(meta_path, (json.dumps({**expect, "checksum": checksum}) + "\n").encode())
             self.kept.append(path)
             decode = lambda x: x  # noqa: E731 - layer outputs are float32 model values already
             if say is not None:
                 say(f"infer: layer {i} of {len(self.model.layers)} done over {self.ds.num_nodes:,} nodes")
         return h, decode
 
-    def _all_nodes(self, i: int, h, decode, path: Path) -> np.ndarray:
-        out = None
+    def _all_nodes(self, i: int, h, decode, path: Path) -> tuple[np.ndarray, str]:
+        """Layer i over every node into `path`, and its rows' checksum (hashed as the chunks are written, in row
+        order: what rows_checksum reads back)."""
+        out, hashed = None, xxhash.xxh3_128()
         tmp = path.with_name(path.name + ".partial")
         for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
             dst = np.arange(lo, hi)
@@ -120,10 +133,11 @@ class LayerWise:
             if out is None:
                 out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.ds.num_nodes, y.shape[1]))
             out[lo:hi] = y
+            hashed.update(np.ascontiguousarray(y, dtype="<f4").tobytes())
         out.flush()
         del out
         tmp.replace(path)
-        return np.load(path, mmap_mode="r")
+        return np.load(path, mmap_mode="r"), hashed.hexdigest()
 
     def outputs(self, nodes: np.ndarray, k: int, batch_size: int, start: int = 0, say=None):
         """(first row, layer k - 1's outputs) for nodes[start:] (the model's own outputs for k = its layers),

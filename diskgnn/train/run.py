@@ -30,6 +30,14 @@ from .loader import Loader, Pass
 from .modes import Precision
 
 
+def new_model(cfg: TrainConfig, ds) -> GNN:
+    """The model a run of `cfg` trains on `ds`, its task's head included (diskgnn.infer rebuilds it so)."""
+    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, cfg.task_spec.output_dim(ds),
+                len(cfg.fanout_list), cfg.dropout, cfg.heads)
+    cfg.task_spec.head(model)
+    return model
+
+
 class Run:
     """One training run: its loader, its precision and passes, and the bytes its steps exchanged."""
 
@@ -52,10 +60,7 @@ class Run:
         checkpointed with the GNN; data-parallel runs wrap it in DDP as `ddp`), and the target's optimizer."""
         cfg, ds = self.cfg, self.loader.ds
         torch.manual_seed(cfg.seed)
-        model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, self.task.output_dim(ds),
-                    len(cfg.fanout_list), cfg.dropout, cfg.heads)
-        self.task.head(model)
-        model = model.to(self.device)
+        model = new_model(cfg, ds).to(self.device)
         if cfg.distribution.independent:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=self.target.device_ids(self.group.local_rank))
