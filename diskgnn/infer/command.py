@@ -165,7 +165,7 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     source = feature_source(ds, cfg.features)
     dims = layer_dims(ds.feature_dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
     lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
-                   chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)))
+                   chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)), memory=budget // 2)
     cols = dims[k]
     shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
     identity = {"checkpoint": file_checksum(path), "output": output, "layer": k,

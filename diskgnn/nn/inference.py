@@ -13,7 +13,9 @@ codes, decoded on the device). A finished layer's file is kept with its
 checksum and the model's, so an interrupted run (diskgnn.infer) takes it up
 again rather than computing it twice. With a stored whole-graph HAG
 (loading/graph_hag.py) the layers over every node take its chunks (their size
-is the HAG's) and sum through each chunk's HAG where it pays, on the CPU.
+is the HAG's) and sum through each chunk's HAG where it pays, on the CPU. Given a `memory` to tile in, a mean
+layer (SAGE, GCN) whose gathers would read more than passes over its input takes the tiled pass instead
+(nn/tiled_sum.py): its neighbour sums a block of destinations at a time, the input read forwards.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from ..data.features import FeatureSource, feature_source
 from ..data.files import write_atomic
 from ..data.format import Dataset
 from ..loading.blocks import full_block
+from .tiled_sum import is_mean_layer, mean_layer_outputs, passes_bytes
+
+PAGE = 4096  # what a gathered row costs at least: the page its fault reads
 
 
 def read_rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
@@ -76,15 +81,17 @@ def rows_checksum(rows, chunk_rows: int = 1 << 16) -> str:
 class LayerWise:
     """A model's layers over a dataset's graph, every neighbour, a layer at a time (see the module's docstring).
     `workdir` holds the layers' files; `features`: the first layer's stored rows (default: features.bin);
-    `hag`: the dataset's GraphHag (its kernels are the CPU's)."""
+    `hag`: the dataset's GraphHag (its kernels are the CPU's); `memory`: bytes a tiled pass may hold (None: no
+    tiled passes)."""
 
     def __init__(self, model, ds: Dataset, workdir, *, device: str = "cpu", features: FeatureSource | None = None,
-                 hag=None, chunk_nodes: int = defaults.INFERENCE_CHUNK, chunk_edges: int | None = None):
-        self.model, self.ds, self.device, self.hag = model, ds, device, hag
+                 hag=None, chunk_nodes: int = defaults.INFERENCE_CHUNK, chunk_edges: int | None = None,
+                 memory: int | None = None):
+        self.model, self.ds, self.device, self.hag, self.memory = model, ds, device, hag, memory
         self.dir = Path(workdir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.source = features or feature_source(ds)
-        self.chunk_edges = chunk_edges
+        self.chunk_nodes, self.chunk_edges = chunk_nodes, chunk_edges
         self.bounds = hag.bounds if hag is not None else chunk_bounds(ds.indptr, chunk_nodes, chunk_edges)
         self.identity = {"model": model_checksum(model), "features": self.source.name,
                          "dataset": ds.manifest.get("manifest_checksum"), "hag": hag is not None}
@@ -92,6 +99,23 @@ class LayerWise:
 
     def _layer(self, i: int, block, h, decode, src) -> torch.Tensor:
         return self.model.layer(i, block.to(self.device), decode(read_rows(h, src).to(self.device))).float().cpu()
+
+    def _tiled(self, i: int, h: np.ndarray, targets: np.ndarray, grid: int) -> bool:
+        """Whether layer i over sorted unique `targets` takes the tiled pass: a mean layer, a memory to tile in, no
+        HAG, and its passes over the input read fewer bytes than the targets' in-edges gathered a page each."""
+        layer = self.model.layers[i]
+        if self.memory is None or self.hag is not None or not is_mean_layer(layer) or targets.size == 0:
+            return False
+        indptr = self.ds.indptr
+        gathered = int((np.asarray(indptr[targets + 1]) - np.asarray(indptr[targets])).sum())
+        width = self.source.dim if i == 0 else h.shape[1]
+        row_bytes = h.shape[1] * h.dtype.itemsize
+        return passes_bytes(indptr, targets, grid, self.memory, width, layer.d_out, h.nbytes) < (
+            gathered * max(row_bytes, PAGE))
+
+    def _tiled_outputs(self, i: int, h, decode, targets: np.ndarray, grid: int):
+        return mean_layer_outputs(lambda block, x: self.model.layer(i, block, x), self.ds.indptr, self.ds.indices,
+                                  h, decode, targets, grid, self.memory, self.model.layers[i].d_out, self.device)
 
     def inputs(self, k: int, say=None):
         """(rows, decode) that layer k reads: the stored features for k = 0, else layer k - 1's outputs for every
@@ -122,22 +146,29 @@ class LayerWise:
     def _all_nodes(self, i: int, h, decode, path: Path) -> tuple[np.ndarray, str]:
         """Layer i over every node into `path`, and its rows' checksum (hashed as the chunks are written, in row
         order: what rows_checksum reads back)."""
-        out, hashed = None, xxhash.xxh3_128()
         tmp = path.with_name(path.name + ".partial")
-        for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
-            dst = np.arange(lo, hi)
-            block, src = full_block(self.ds.indptr, self.ds.indices, dst)
-            if self.hag is not None:
-                block.hag = self.hag[c]
-            y = self._layer(i, block, h, decode, src).numpy()
-            if out is None:
-                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.ds.num_nodes, y.shape[1]))
-            out[lo:hi] = y
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
+                                        shape=(self.ds.num_nodes, self.model.layers[i].d_out))
+        hashed = xxhash.xxh3_128()
+        for lo, y in self._chunks(i, h, decode):
+            out[lo: lo + len(y)] = y = y.numpy()
             hashed.update(np.ascontiguousarray(y, dtype="<f4").tobytes())
         out.flush()
         del out
         tmp.replace(path)
         return np.load(path, mmap_mode="r"), hashed.hexdigest()
+
+    def _chunks(self, i: int, h, decode):
+        """(first node, outputs) of layer i over every node, in order."""
+        every = np.arange(self.ds.num_nodes, dtype=np.int64)
+        if self._tiled(i, h, every, self.chunk_nodes):
+            yield from self._tiled_outputs(i, h, decode, every, self.chunk_nodes)
+            return
+        for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+            block, src = full_block(self.ds.indptr, self.ds.indices, np.arange(lo, hi))
+            if self.hag is not None:
+                block.hag = self.hag[c]
+            yield lo, self._layer(i, block, h, decode, src)
 
     def outputs(self, nodes: np.ndarray, k: int, batch_size: int, start: int = 0, say=None):
         """(first row, layer k - 1's outputs) for nodes[start:] (the model's own outputs for k = its layers),
@@ -146,6 +177,11 @@ class LayerWise:
         from the same `start` (a multiple of `batch_size`), a rerun computes the same bytes."""
         h, decode = self.inputs(k - 1, say)
         nodes = np.asarray(nodes, dtype=np.int64)
+        rest = nodes[start:]
+        if np.all(rest[1:] > rest[:-1]) and self._tiled(k - 1, h, rest, batch_size):
+            for s, rows in self._tiled_outputs(k - 1, h, decode, rest, batch_size):
+                yield start + s, rows
+            return
         indptr = self.ds.indptr
         for s in range(start, nodes.size, batch_size):
             batch = nodes[s: s + batch_size]
@@ -167,11 +203,13 @@ class LayerWise:
 @torch.no_grad()
 def full_neighbour_logits(model, ds: Dataset, nodes: np.ndarray, workdir, *,
                           batch_size: int = defaults.INFERENCE_CHUNK,
-                          device: str = "cpu", features: FeatureSource | None = None, hag=None) -> torch.Tensor:
+                          device: str = "cpu", features: FeatureSource | None = None, hag=None,
+                          memory: int | None = None) -> torch.Tensor:
     """The model's outputs for `nodes` with every neighbour of every layer (model in eval mode);
-    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag."""
+    `features`: the first layer's stored rows (default: features.bin); `hag`: the dataset's GraphHag; `memory`:
+    what a tiled pass may hold (None: none)."""
     lw = LayerWise(model, ds, workdir, device=device, features=features, hag=hag,
-                   chunk_nodes=max(batch_size, defaults.INFERENCE_CHUNK))
+                   chunk_nodes=max(batch_size, defaults.INFERENCE_CHUNK), memory=memory)
     try:
         parts = [rows for _, rows in lw.outputs(nodes, len(model.layers), batch_size)]
         return torch.cat(parts) if parts else torch.empty(0)

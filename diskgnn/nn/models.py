@@ -31,8 +31,11 @@ MODELS = ("sage", "gcn", "gat")
 
 
 class SAGELayer(nn.Module):
+    MEAN_OF_NEIGHBOURS = True  # its neighbours enter only through block.mean_neighbours (nn/tiled_sum.py)
+
     def __init__(self, d_in: int, d_out: int):
         super().__init__()
+        self.d_out = d_out
         self.self_lin = nn.Linear(d_in, d_out)
         self.neigh_lin = nn.Linear(d_in, d_out, bias=False)
 
@@ -44,8 +47,11 @@ class SAGELayer(nn.Module):
 
 
 class GCNLayer(nn.Module):
+    MEAN_OF_NEIGHBOURS = True
+
     def __init__(self, d_in: int, d_out: int):
         super().__init__()
+        self.d_out = d_out
         self.lin = nn.Linear(d_in, d_out)
 
     def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
@@ -59,6 +65,7 @@ class GATLayer(nn.Module):
         super().__init__()
         self.heads, self.concat = heads, concat
         self.d_head = d_out // heads if concat else d_out
+        self.d_out = heads * self.d_head if concat else self.d_head
         self.lin = nn.Linear(d_in, self.heads * self.d_head, bias=False)
         self.att_src = nn.Parameter(torch.empty(heads, self.d_head))
         self.att_dst = nn.Parameter(torch.empty(heads, self.d_head))

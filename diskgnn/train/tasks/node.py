@@ -59,7 +59,8 @@ class NodeTask(Task):
                 logits = full_neighbour_logits(model, loader.ds, seeds, loader.workdir / "inference",
                                                batch_size=cfg.batch_size, device=run.device,
                                                features=loader.source,
-                                               hag=loader.graph_hag() if run.target.hag else None)
+                                               hag=loader.graph_hag() if run.target.hag else None,
+                                               memory=cfg.budget_bytes // 4)
             return int((logits.argmax(1).numpy() == loader.labels[seeds]).sum()), int(seeds.size)
         correct = total = 0
         for mb in loader.evaluation(split):

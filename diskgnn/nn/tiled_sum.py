@@ -1,0 +1,123 @@
+"""A mean layer over inputs larger than memory: its destinations' neighbour sums taken a block at a time, the
+input rows read forwards in pieces.
+
+Gathering each chunk's in-neighbour rows reads them where they lie: on a power-law graph everywhere in the
+file, a page fault (and the device's read-ahead) a row. W2's 8 M nodes took 1,587 s that way under a 4 GiB cap,
+reading 2,847 GB for a 4.1 GB feature file and an 8.2 GB hidden layer. A mean layer (SAGE, GCN) needs of its
+neighbours only their sum, and a sum can be taken in any order: here a block of destinations, as many as the
+memory holds, takes one forward pass over the input, a piece of rows at a time, each piece's edges added into
+the block's float32 sums. The bytes read are (blocks) x (input), in order.
+
+A destination's edges are added in source order on a piece grid fixed from row 0, so its sum does not depend on
+the block it fell in; the layer then runs on `grid` destinations at a time, a grid its caller fixes, so a rerun
+from a grid point computes the same bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..loading.blocks import neighbour_lists
+
+PIECE_BYTES = (1 << 20, 64 << 20)  # a piece's decoded rows: at least (fewer passes of Python), at most
+EDGE_BYTES = 48  # an edge's share of a block: its source and destination ids, their sort and a gather index
+
+
+class SummedBlock:
+    """A block whose neighbour sums are taken: the destinations' float32 sums and in-degrees, what a mean layer
+    reads of a TensorBlock (mean_neighbours)."""
+
+    kernels = None  # its layer's dropout: the default kernels
+
+    def __init__(self, sums: torch.Tensor, deg: torch.Tensor):
+        self.sums, self.deg, self.num_dst = sums, deg, sums.shape[0]
+
+    def to(self, device) -> "SummedBlock":
+        return SummedBlock(self.sums.to(device), self.deg.to(device))
+
+    def mean_neighbours(self, h: torch.Tensor, self_loop: bool = False) -> torch.Tensor:
+        """As TensorBlock's: the sums times 1 / max(deg, 1), or with self_loop (sums + h[i]) / (deg + 1)."""
+        if self_loop:
+            return ((self.sums + h[: self.num_dst].float()) * (1 / (self.deg + 1))).to(h.dtype)
+        return (self.sums * (1 / self.deg.clamp(min=1))).to(h.dtype)
+
+
+def is_mean_layer(layer) -> bool:
+    """Whether a layer's neighbours enter it only through block.mean_neighbours (what the tiled pass gives)."""
+    return getattr(layer, "MEAN_OF_NEIGHBOURS", False)
+
+
+def piece_rows(memory: int, width: int) -> int:
+    """Input rows a piece holds: its decoded float32 rows and their gathered copies, an eighth of `memory`."""
+    return max(1, int(np.clip(memory // 8, *PIECE_BYTES)) // (8 * width))
+
+
+def blocks(degrees: np.ndarray, grid: int, memory: int, width: int, out_width: int) -> list[int]:
+    """Positions [b[j], b[j+1]) of destination blocks: whole grid steps (at least one), each holding its sums,
+    own rows, mean and outputs (float32) and its edges within what `memory` leaves beside a piece."""
+    per_node = 4 * (3 * width + 2 * out_width)
+    room = max(1, memory - 8 * width * piece_rows(memory, width))
+    cuts = list(range(0, degrees.size, grid)) + [degrees.size]
+    step_cost = [per_node * (b - a) + EDGE_BYTES * int(degrees[a:b].sum()) for a, b in zip(cuts[:-1], cuts[1:])]
+    bounds, used = [0], 0
+    for j, cost in enumerate(step_cost):
+        if used and used + cost > room:
+            bounds.append(cuts[j])
+            used = 0
+        used += cost
+    return bounds + [degrees.size] if degrees.size else [0]
+
+
+def passes_bytes(indptr: np.ndarray, targets: np.ndarray, grid: int, memory: int, width: int, out_width: int,
+                 input_bytes: int) -> int:
+    """The bytes a tiled pass over `targets` reads: the input once a block."""
+    degrees = np.asarray(indptr[targets + 1] - indptr[targets])
+    return (len(blocks(degrees, grid, memory, width, out_width)) - 1) * input_bytes
+
+
+def mean_layer_outputs(layer, indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, decode,
+                       targets: np.ndarray, grid: int, memory: int, out_width: int, device: str = "cpu"):
+    """Yields (position in targets, float32 CPU outputs) of `layer(block, h)`, a mean layer, for sorted unique
+    `targets`, `grid` of them at a time; `rows`: its input (stored rows, `decode` making them float32)."""
+    targets = np.asarray(targets, dtype=np.int64)
+    width = int(decode(torch.from_numpy(np.array(rows[:1]))).shape[1])
+    piece = piece_rows(memory, width)
+    degrees = np.asarray(indptr[targets + 1] - indptr[targets], dtype=np.int64)
+    bounds = blocks(degrees, grid, memory, width, out_width)
+    for lo, hi in zip(bounds[:-1], bounds[1:]):
+        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece)
+        deg = torch.from_numpy(degrees[lo:hi].astype(np.float32)).unsqueeze(1)
+        for s in range(lo, hi, grid):
+            e = min(hi, s + grid)
+            own = decode(_forward_rows(rows, targets[s:e])).float()
+            block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo]).to(device)
+            yield s, layer(block, own.to(device)).float().cpu()
+
+
+def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int) -> torch.Tensor:
+    """float32 sums of `rows` (decoded) over each target's in-neighbours, the input read forwards a piece at a time."""
+    local_ptr, src = neighbour_lists(indptr, indices, targets)
+    dst = np.repeat(np.arange(targets.size, dtype=np.int64), np.diff(local_ptr))
+    order = np.argsort(src, kind="stable")
+    src, dst = src[order], torch.from_numpy(dst[order])
+    del order
+    sums = torch.zeros((targets.size, width), dtype=torch.float32)
+    if src.size == 0:
+        return sums
+    for a in range(int(src[0]) // piece * piece, int(src[-1]) + 1, piece):
+        first, last = np.searchsorted(src, [a, a + piece])
+        if first == last:
+            continue
+        values = decode(torch.from_numpy(np.array(rows[a: a + piece]))).float()
+        for e in range(first, last, piece):  # the gathered rows at most a piece's
+            f = min(last, e + piece)
+            sums.index_add_(0, dst[e:f], values[torch.from_numpy(src[e:f] - a)])
+    return sums
+
+
+def _forward_rows(rows: np.ndarray, ids: np.ndarray) -> torch.Tensor:
+    """rows[ids] for sorted ids: a slice where they are consecutive."""
+    if ids.size and ids[-1] - ids[0] + 1 == ids.size:
+        return torch.from_numpy(np.array(rows[ids[0]: ids[-1] + 1]))
+    return torch.from_numpy(np.asarray(rows[ids]))

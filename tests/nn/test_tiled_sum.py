@@ -1,0 +1,94 @@
+"""The tiled pass of a mean layer (nn/tiled_sum.py) against the layer on an in-memory full-neighbour block (the
+oracle): rows of 4097 bytes, duplicate edges, a node without in-edges, 1, 199 and no targets, blocks of one grid
+step and pieces of a few rows; its bytes from a grid point equal a whole run's; LayerWise takes it where it should."""
+
+import numpy as np
+import pytest
+import torch
+
+from diskgnn.loading.blocks import full_block
+from diskgnn.nn.inference import LayerWise, full_neighbour_logits
+from diskgnn.nn.models import GNN, GCNLayer, SAGELayer
+from diskgnn.nn.tiled_sum import blocks, mean_layer_outputs, piece_rows
+
+
+@pytest.fixture(scope="module")
+def graph():
+    rng = np.random.default_rng(3)
+    counts = rng.integers(0, 12, size=199)
+    counts[[0, 11, 198]] = 0
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = rng.integers(0, 199, size=indptr[-1]).astype(np.int32)
+    indices[:6] = 5  # duplicate edges into one destination
+    rows = rng.integers(0, 256, size=(199, 4097), dtype=np.uint8)
+    return indptr, indices, rows
+
+
+def oracle(layer, indptr, indices, rows, targets):
+    block, src = full_block(indptr, indices, targets)
+    with torch.no_grad():
+        return layer(block, torch.from_numpy(rows[src]).float())
+
+
+def tiled(layer, graph, targets, grid, memory):
+    indptr, indices, rows = graph
+    with torch.no_grad():
+        parts = list(mean_layer_outputs(layer, indptr, indices, rows, lambda r: r.float(), targets, grid, memory,
+                                        layer.d_out))
+    starts = [s for s, _ in parts]
+    assert starts == list(range(0, len(targets), grid))
+    return torch.cat([y for _, y in parts]) if parts else torch.empty(0, layer.d_out)
+
+
+@pytest.mark.parametrize("kind", [SAGELayer, GCNLayer])
+@pytest.mark.parametrize("targets", [np.arange(199), np.array([5]), np.array([11]), np.arange(3, 199, 7),
+                                     np.array([], dtype=np.int64)], ids=["all", "one", "no-edges", "some", "none"])
+@pytest.mark.parametrize("memory", [200_000, 16 << 20], ids=["a-block-a-step", "one-block"])
+def test_tiled_outputs_equal_the_full_block(graph, kind, targets, memory):
+    torch.manual_seed(0)
+    layer = kind(4097, 5)
+    assert piece_rows(memory, 4097) < 199  # the input read in several pieces
+    cuts = blocks(np.diff(graph[0])[targets], 7, memory, 4097, 5)
+    assert len(cuts) - 1 == (0 if targets.size == 0 else 1 if memory > 1e6 else -(-targets.size // 7))
+    got = tiled(layer, graph, targets, 7, memory)
+    assert got.shape == (targets.size, 5)
+    if targets.size:
+        torch.testing.assert_close(got, oracle(layer, *graph, targets), rtol=1e-5, atol=1e-4)
+
+
+def test_from_a_grid_point_the_bytes_are_a_whole_runs(graph):
+    torch.manual_seed(1)
+    layer = SAGELayer(4097, 3)
+    whole = tiled(layer, graph, np.arange(199), 8, 300_000)
+    rest = tiled(layer, graph, np.arange(64, 199), 8, 300_000)
+    assert torch.equal(whole[64:], rest)
+
+
+@pytest.fixture(scope="module")
+def small_dataset(tmp_path_factory):
+    from diskgnn.data.format import open_dataset
+    from diskgnn.data.prepare import prepare
+
+    from conftest import random_graph, write_npy_dir
+
+    tmp = tmp_path_factory.mktemp("tiled")
+    g = random_graph(n=199, e=900, d=9, classes=3, seed=4)
+    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 199, 2), "val": np.arange(1, 199, 4),
+                                                "test": np.arange(3, 199, 4)})
+    return open_dataset(prepare(src, tmp / "ds", progress=False))
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+def test_layerwise_tiles_mean_layers_only_and_agrees_with_gathering(small_dataset, tmp_path, kind):
+    ds = small_dataset
+    torch.manual_seed(0)
+    model = GNN(kind, ds.feature_dim, 16, ds.num_classes, 3, 0.5).eval()
+    every = np.arange(ds.num_nodes)
+    lw = LayerWise(model, ds, tmp_path / "lw", memory=4096)
+    h = lw.source.rows
+    assert lw._tiled(0, h, every, 50) == (kind != "gat")
+    assert not LayerWise(model, ds, tmp_path / "lw2")._tiled(0, h, every, 50)  # no memory to tile in
+    seeds = np.r_[np.arange(0, 199, 3), 198]
+    gathered = full_neighbour_logits(model, ds, seeds, tmp_path / "g", batch_size=20)
+    tiled_ = full_neighbour_logits(model, ds, seeds, tmp_path / "t", batch_size=20, memory=4096)
+    torch.testing.assert_close(tiled_, gathered, rtol=1e-4, atol=1e-5)
