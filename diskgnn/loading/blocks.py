@@ -33,6 +33,7 @@ class TensorBlock:
     kernels: object = None
     csr: tuple = ()  # (A, A's transpose) as sparse CSR matrices for CsrSum (aggregate.py), made once
     made: tuple = ()  # the GPU target's: the tensors made on the device beside the views of the batch's record
+    projected = False  # its sums are of the rows as given (a tiled pass's may be of a layer's projection)
 
     @classmethod
     def from_csc(cls, indptr: np.ndarray, indices: np.ndarray, num_dst: int, num_src: int) -> "TensorBlock":

@@ -32,7 +32,7 @@ from ..data.features import FeatureSource, feature_source
 from ..data.files import write_atomic
 from ..data.format import Dataset
 from ..loading.blocks import full_block
-from .tiled_sum import is_mean_layer, mean_layer_outputs, passes_bytes
+from .tiled_sum import is_mean_layer, mean_layer_outputs, read_bytes
 
 PAGE = 4096  # what a gathered row costs at least: the page its fault reads
 
@@ -110,12 +110,17 @@ class LayerWise:
         gathered = int((np.asarray(indptr[targets + 1]) - np.asarray(indptr[targets])).sum())
         width = self.source.dim if i == 0 else h.shape[1]
         row_bytes = h.shape[1] * h.dtype.itemsize
-        return passes_bytes(indptr, targets, grid, self.memory, width, layer.d_out, h.nbytes) < (
+        return read_bytes(layer, indptr, targets, grid, self.memory, width, h.nbytes) < (
             gathered * max(row_bytes, PAGE))
 
     def _tiled_outputs(self, i: int, h, decode, targets: np.ndarray, grid: int):
-        return mean_layer_outputs(lambda block, x: self.model.layer(i, block, x), self.ds.indptr, self.ds.indices,
-                                  h, decode, targets, grid, self.memory, self.model.layers[i].d_out, self.device)
+        scratch = self.dir / f"layer-{i}.projected.partial"
+        try:
+            yield from mean_layer_outputs(lambda block, x: self.model.layer(i, block, x), self.model.layers[i],
+                                          self.ds.indptr, self.ds.indices, h, decode, targets, grid, self.memory,
+                                          scratch, self.device)
+        finally:
+            scratch.unlink(missing_ok=True)
 
     def inputs(self, k: int, say=None):
         """(rows, decode) that layer k reads: the stored features for k = 0, else layer k - 1's outputs for every

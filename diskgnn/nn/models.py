@@ -43,7 +43,12 @@ class SAGELayer(nn.Module):
         # Aggregate before transforming: the neighbour sum runs on d_in columns
         # and the linear map on num_dst rows only.
         mean = block.mean_neighbours(h)
-        return self.self_lin(h[: block.num_dst]) + self.neigh_lin(mean)
+        return self.self_lin(h[: block.num_dst]) + (mean if block.projected else self.neigh_lin(mean))
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """The linear map the neighbours' mean takes (no bias: it commutes with the mean), for a block whose sums
+        are taken of its outputs (`projected`: fewer columns to sum where d_out < d_in)."""
+        return self.neigh_lin(h)
 
 
 class GCNLayer(nn.Module):
@@ -55,7 +60,12 @@ class GCNLayer(nn.Module):
         self.lin = nn.Linear(d_in, d_out)
 
     def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
-        return self.lin(block.mean_neighbours(h, self_loop=True))
+        mean = block.mean_neighbours(h, self_loop=True)
+        return mean + self.lin.bias if block.projected else self.lin(mean)
+
+    def project(self, h: torch.Tensor) -> torch.Tensor:
+        """As SAGELayer.project: the map without its bias, which the mean leaves as it is."""
+        return F.linear(h, self.lin.weight)
 
 
 class GATLayer(nn.Module):

@@ -6,7 +6,9 @@ file, a page fault (and the device's read-ahead) a row. W2's 8 M nodes took 1,58
 reading 2,847 GB for a 4.1 GB feature file and an 8.2 GB hidden layer. A mean layer (SAGE, GCN) needs of its
 neighbours only their sum, and a sum can be taken in any order: here a block of destinations, as many as the
 memory holds, takes one forward pass over the input, a piece of rows at a time, each piece's edges added into
-the block's float32 sums. The bytes read are (blocks) x (input), in order.
+the block's float32 sums. The bytes read are (blocks) x (input), in order. Where the layer's output is narrower
+than its input and its neighbours' mean goes through a linear map (`project`), the map is taken first, over every
+node in one forward pass, and the sums are of its outputs: W2's classifier layer sums 16 columns instead of 256.
 
 A destination's edges are added in source order on a piece grid fixed from row 0, so its sum does not depend on
 the block it fell in; the layer then runs on `grid` destinations at a time, a grid its caller fixes, so a rerun
@@ -26,20 +28,23 @@ EDGE_BYTES = 48  # an edge's share of a block: its source and destination ids, t
 
 class SummedBlock:
     """A block whose neighbour sums are taken: the destinations' float32 sums and in-degrees, what a mean layer
-    reads of a TensorBlock (mean_neighbours)."""
+    reads of a TensorBlock (mean_neighbours). `own`: where the sums are of the layer's projection (`projected`),
+    the destinations' own projected rows, a self-loop's."""
 
     kernels = None  # its layer's dropout: the default kernels
 
-    def __init__(self, sums: torch.Tensor, deg: torch.Tensor):
-        self.sums, self.deg, self.num_dst = sums, deg, sums.shape[0]
+    def __init__(self, sums: torch.Tensor, deg: torch.Tensor, own: torch.Tensor | None = None):
+        self.sums, self.deg, self.own, self.num_dst = sums, deg, own, sums.shape[0]
+        self.projected = own is not None
 
     def to(self, device) -> "SummedBlock":
-        return SummedBlock(self.sums.to(device), self.deg.to(device))
+        return SummedBlock(self.sums.to(device), self.deg.to(device), None if self.own is None else self.own.to(device))
 
     def mean_neighbours(self, h: torch.Tensor, self_loop: bool = False) -> torch.Tensor:
-        """As TensorBlock's: the sums times 1 / max(deg, 1), or with self_loop (sums + h[i]) / (deg + 1)."""
+        """As TensorBlock's: the sums times 1 / max(deg, 1), or with self_loop (sums + own row) / (deg + 1)."""
         if self_loop:
-            return ((self.sums + h[: self.num_dst].float()) * (1 / (self.deg + 1))).to(h.dtype)
+            own = self.own if self.projected else h[: self.num_dst]
+            return ((self.sums + own.float()) * (1 / (self.deg + 1))).to(h.dtype)
         return (self.sums * (1 / self.deg.clamp(min=1))).to(h.dtype)
 
 
@@ -54,12 +59,12 @@ def piece_rows(memory: int, width: int) -> int:
 
 
 def blocks(degrees: np.ndarray, grid: int, memory: int, width: int, out_width: int) -> list[int]:
-    """Positions [b[j], b[j+1]) of destination blocks: whole grid steps (at least one), each holding its sums,
-    own rows, mean and outputs (float32) and its edges within what `memory` leaves beside a piece."""
-    per_node = 4 * (3 * width + 2 * out_width)
-    room = max(1, memory - 8 * width * piece_rows(memory, width))
+    """Positions [b[j], b[j+1]) of destination blocks: whole grid steps (at least one), each block's float32 sums
+    and its edges within what `memory` leaves beside a piece and a grid step's own rows, mean and outputs."""
+    step = 4 * min(grid, degrees.size) * (2 * width + 2 * out_width)
+    room = max(1, memory - 8 * width * piece_rows(memory, width) - step)
     cuts = list(range(0, degrees.size, grid)) + [degrees.size]
-    step_cost = [per_node * (b - a) + EDGE_BYTES * int(degrees[a:b].sum()) for a, b in zip(cuts[:-1], cuts[1:])]
+    step_cost = [4 * width * (b - a) + EDGE_BYTES * int(degrees[a:b].sum()) for a, b in zip(cuts[:-1], cuts[1:])]
     bounds, used = [0], 0
     for j, cost in enumerate(step_cost):
         if used and used + cost > room:
@@ -69,30 +74,64 @@ def blocks(degrees: np.ndarray, grid: int, memory: int, width: int, out_width: i
     return bounds + [degrees.size] if degrees.size else [0]
 
 
-def passes_bytes(indptr: np.ndarray, targets: np.ndarray, grid: int, memory: int, width: int, out_width: int,
-                 input_bytes: int) -> int:
-    """The bytes a tiled pass over `targets` reads: the input once a block."""
+def read_bytes(layer, indptr: np.ndarray, targets: np.ndarray, grid: int, memory: int, width: int,
+               input_bytes: int) -> int:
+    """The bytes a tiled pass of `layer` over `targets` reads: its input once a block, or, projecting first, the
+    input once and the projection once a block where it is not held in memory."""
     degrees = np.asarray(indptr[targets + 1] - indptr[targets])
-    return (len(blocks(degrees, grid, memory, width, out_width)) - 1) * input_bytes
+    if not projects_first(layer, width):
+        return (len(blocks(degrees, grid, memory, width, layer.d_out)) - 1) * input_bytes
+    projection = 4 * (len(indptr) - 1) * layer.d_out
+    held = projection <= memory // 2
+    passes = len(blocks(degrees, grid, memory - projection * held, layer.d_out, layer.d_out)) - 1
+    return input_bytes + (0 if held else passes * projection)
 
 
-def mean_layer_outputs(layer, indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, decode,
-                       targets: np.ndarray, grid: int, memory: int, out_width: int, device: str = "cpu"):
-    """Yields (position in targets, float32 CPU outputs) of `layer(block, h)`, a mean layer, for sorted unique
-    `targets`, `grid` of them at a time; `rows`: its input (stored rows, `decode` making them float32)."""
+def projects_first(layer, width: int) -> bool:
+    """Whether the tiled pass sums the layer's projection rather than its input: a narrower one."""
+    return hasattr(layer, "project") and layer.d_out < width
+
+
+def mean_layer_outputs(run, layer, indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, decode,
+                       targets: np.ndarray, grid: int, memory: int, scratch, device: str = "cpu"):
+    """Yields (position in targets, float32 CPU outputs) of `run(block, h)` (`layer`'s forward and what follows
+    it), a mean layer, for sorted unique `targets`, `grid` of them at a time; `rows`: its input (stored rows,
+    `decode` making them float32); `scratch`: a file for the projection where it does not fit in memory."""
     targets = np.asarray(targets, dtype=np.int64)
     width = int(decode(torch.from_numpy(np.array(rows[:1]))).shape[1])
-    piece = piece_rows(memory, width)
+    projected = None
+    if projects_first(layer, width):
+        projected = _projection(layer, rows, decode, width, memory, scratch, device)
+        memory -= 0 if isinstance(projected, np.memmap) else projected.nbytes
+    summed, summed_decode = (rows, decode) if projected is None else (projected, torch.Tensor.float)
+    summed_width = width if projected is None else layer.d_out
+    piece = piece_rows(memory, summed_width)
     degrees = np.asarray(indptr[targets + 1] - indptr[targets], dtype=np.int64)
-    bounds = blocks(degrees, grid, memory, width, out_width)
+    bounds = blocks(degrees, grid, memory, summed_width, layer.d_out)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece)
+        sums = _block_sums(indptr, indices, summed, summed_decode, targets[lo:hi], summed_width, piece)
         deg = torch.from_numpy(degrees[lo:hi].astype(np.float32)).unsqueeze(1)
         for s in range(lo, hi, grid):
             e = min(hi, s + grid)
             own = decode(_forward_rows(rows, targets[s:e])).float()
-            block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo]).to(device)
-            yield s, layer(block, own.to(device)).float().cpu()
+            own_projected = None if projected is None else _forward_rows(projected, targets[s:e])
+            block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo], own_projected).to(device)
+            yield s, run(block, own.to(device)).float().cpu()
+
+
+def _projection(layer, rows, decode, width: int, memory: int, scratch, device) -> np.ndarray:
+    """layer.project over every input row, in memory where it takes at most half of `memory`, else in `scratch`."""
+    shape = (rows.shape[0], layer.d_out)
+    if 4 * shape[0] * shape[1] <= memory // 2:
+        out = np.empty(shape, dtype=np.float32)
+    else:
+        out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.float32, shape=shape)
+    piece = piece_rows(memory, width)
+    with torch.no_grad():
+        for a in range(0, shape[0], piece):
+            x = decode(torch.from_numpy(np.array(rows[a: a + piece]))).float().to(device)
+            out[a: a + piece] = layer.project(x).float().cpu().numpy()
+    return out
 
 
 def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int) -> torch.Tensor:

@@ -9,7 +9,7 @@ import torch
 from diskgnn.loading.blocks import full_block
 from diskgnn.nn.inference import LayerWise, full_neighbour_logits
 from diskgnn.nn.models import GNN, GCNLayer, SAGELayer
-from diskgnn.nn.tiled_sum import blocks, mean_layer_outputs, piece_rows
+from diskgnn.nn.tiled_sum import blocks, mean_layer_outputs, piece_rows, projects_first
 
 
 @pytest.fixture(scope="module")
@@ -24,17 +24,21 @@ def graph():
     return indptr, indices, rows
 
 
+def decode(codes):
+    return codes.float() / 255
+
+
 def oracle(layer, indptr, indices, rows, targets):
     block, src = full_block(indptr, indices, targets)
     with torch.no_grad():
-        return layer(block, torch.from_numpy(rows[src]).float())
+        return layer(block, decode(torch.from_numpy(rows[src])))
 
 
-def tiled(layer, graph, targets, grid, memory):
+def tiled(layer, graph, targets, grid, memory, scratch=None):
     indptr, indices, rows = graph
     with torch.no_grad():
-        parts = list(mean_layer_outputs(layer, indptr, indices, rows, lambda r: r.float(), targets, grid, memory,
-                                        layer.d_out))
+        parts = list(mean_layer_outputs(layer, layer, indptr, indices, rows, decode, targets, grid,
+                                        memory, scratch))
     starts = [s for s, _ in parts]
     assert starts == list(range(0, len(targets), grid))
     return torch.cat([y for _, y in parts]) if parts else torch.empty(0, layer.d_out)
@@ -44,16 +48,32 @@ def tiled(layer, graph, targets, grid, memory):
 @pytest.mark.parametrize("targets", [np.arange(199), np.array([5]), np.array([11]), np.arange(3, 199, 7),
                                      np.array([], dtype=np.int64)], ids=["all", "one", "no-edges", "some", "none"])
 @pytest.mark.parametrize("memory", [200_000, 16 << 20], ids=["a-block-a-step", "one-block"])
-def test_tiled_outputs_equal_the_full_block(graph, kind, targets, memory):
+@pytest.mark.parametrize("d_out", [4100, 5], ids=["sums-the-input", "projects-first"])
+def test_tiled_outputs_equal_the_full_block(graph, kind, targets, memory, d_out):
     torch.manual_seed(0)
-    layer = kind(4097, 5)
+    layer = kind(4097, d_out)
+    assert projects_first(layer, 4097) == (d_out < 4097)
     assert piece_rows(memory, 4097) < 199  # the input read in several pieces
-    cuts = blocks(np.diff(graph[0])[targets], 7, memory, 4097, 5)
+    width = 4097 if d_out > 4097 else d_out
+    cuts = blocks(np.diff(graph[0])[targets], 7, memory - (4 * 199 * d_out if d_out < 4097 else 0), width, d_out)
     assert len(cuts) - 1 == (0 if targets.size == 0 else 1 if memory > 1e6 else -(-targets.size // 7))
     got = tiled(layer, graph, targets, 7, memory)
-    assert got.shape == (targets.size, 5)
+    assert got.shape == (targets.size, d_out)
     if targets.size:
         torch.testing.assert_close(got, oracle(layer, *graph, targets), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", [SAGELayer, GCNLayer])
+def test_a_projection_larger_than_its_memory_goes_through_a_file(graph, kind, tmp_path, monkeypatch):
+    from diskgnn.nn import tiled_sum
+
+    torch.manual_seed(2)
+    layer, made = kind(4097, 5), []
+    real = np.lib.format.open_memmap
+    monkeypatch.setattr(tiled_sum.np.lib.format, "open_memmap", lambda path, **kw: made.append(path) or real(path, **kw))
+    got = tiled(layer, graph, np.arange(199), 16, 4096, tmp_path / "projection.npy")
+    assert made == [tmp_path / "projection.npy"]
+    torch.testing.assert_close(got, oracle(layer, *graph, np.arange(199)), rtol=1e-5, atol=1e-4)
 
 
 def test_from_a_grid_point_the_bytes_are_a_whole_runs(graph):
