@@ -31,7 +31,7 @@ from diskgnn.units import format_size, parse_size
 from .harness.common import REPO, DiskCounter, block_device, drop_caches, machine_info
 from .harness.memcap import run_capped
 from .harness.output import add_output_args, command_line, write_json
-from .harness.workload import prepare_once
+from .harness.workload import prepare_once, w2_options
 
 
 def parser() -> argparse.ArgumentParser:
@@ -125,11 +125,10 @@ def main(argv=None) -> dict:
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     info = machine_info(work)
-    print(f"machine: {info['summary']}; reader: memory-mapped layer files and features (page cache)")
+    print(f"machine: {info['summary']}; reader: memory-mapped features and layer files (page cache), read "
+          "forwards by the tiled passes of mean layers")
     data = Path(args.data) if args.data else work / f"w2-{args.nodes}"
-    prepared = None if args.data else prepare_once(
-        data, ["synthetic", "--structure", "powerlaw", "--nodes", str(args.nodes), "--feat-dim", "128",
-               "--avg-degree", "10", "--classes", "16", "--seed", "0"], "bench.infer")
+    prepared = None if args.data else prepare_once(data, w2_options(args.nodes), "bench.infer")
     ds = open_dataset(data)
     run, out = work / "run", work / "predictions.npy"
     trained = train(data, run, args)

@@ -8,7 +8,9 @@ and one report (docs/benchmarks.md's generated section and its plots).
 In one session, in this order: the W1 workloads are prepared once (cached
 under bench/results/workloads); fio measures the disk's read limits on W1's
 feature file (page cache dropped); bench.epoch runs every system at every cap
-(200 batches); bench.scaling trains a whole epoch at each scale. Each step
+(200 batches); on W2 (prepared once beside W1), bench.epoch runs diskgnn and an
+installed MariusGNN at 2 and 4 GiB; bench.scaling trains a whole epoch at each
+scale. Each step
 writes its JSON into --out-dir, then bench.report renders the tables and
 plots. Before each step the suite waits (at most --idle-wait seconds) for the
 machine to be idle, and records the CPU other processes took during it: on
@@ -32,10 +34,11 @@ from . import epoch as bench_epoch
 from . import scaling as bench_scaling
 from .harness.common import REPO, cpu_seconds, disk_read_limits, machine_info, wait_for_idle
 from .harness.output import RESULTS, command_line, finish, write_json
-from .harness.workload import SMOKE_NODES, W1_NODES, synthetic_workload
+from .harness.workload import SMOKE_NODES, W1_NODES, prepare_once, synthetic_workload, w2_options
 from .report.markdown import render
 
-STEPS = ("limits", "epoch", "scaling")
+STEPS = ("limits", "epoch", "w2", "scaling")
+W2_CAPS, W2_SYSTEMS = "2GiB,4GiB", "diskgnn,marius"  # issue 51: MariusGNN's node classification on W2
 
 
 def peer_versions() -> dict:
@@ -121,6 +124,14 @@ def main(argv=None) -> dict:
          str(args.batches), "--epochs", str(args.epochs), "--eval-batches", str(args.eval_batches),
          "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *systems, *smoke]),
         args.idle_wait)
+    if "w2" in chosen:
+        w2 = workloads / f"w2-{nodes}"
+        _, steps["prepare W2"] = step("prepare W2", lambda: prepare_once(w2, w2_options(nodes), "bench.suite"), 0.0)
+        _, steps["w2"] = step("W2: diskgnn and MariusGNN", lambda: bench_epoch.main(
+            ["--data", str(w2), "--caps", args.caps if args.smoke else W2_CAPS, "--systems", W2_SYSTEMS,
+             "--loop-timeout", str(args.loop_timeout), "--batches", str(args.batches), "--epochs", str(args.epochs),
+             "--eval-batches", str(args.eval_batches), "--workdir", str(out / "w2-work"), "--out",
+             str(out / "w2.json"), *smoke]), args.idle_wait)
     if "scaling" in chosen:
         _, steps["scaling"] = step("scaling", lambda: bench_scaling.main(
             ["--nodes", str(nodes), "--scales", args.scales, "--repeat",
@@ -130,7 +141,7 @@ def main(argv=None) -> dict:
              "date": datetime.date.today().isoformat(), "cuda": torch.cuda.is_available(),
              "command": command_line("bench.suite", argv), "smoke": args.smoke,
              "wall_s": time.perf_counter() - start, "steps": steps,
-             "files": {name: str(out / f"{name}.json") for name in steps if name != "prepare"}}
+             "files": {name: str(out / f"{name}.json") for name in steps if not name.startswith("prepare")}}
     finish(suite, out / "suite.json")
     render(out / "suite.json", markdown, plots)
     print(f"suite: {suite['wall_s'] / 60:.1f} min; report {markdown}, plots in {plots}")

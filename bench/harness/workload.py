@@ -26,6 +26,12 @@ def synthetic_workload(directory: Path, nodes: int) -> Path:
     return path
 
 
+def w2_options(nodes: int) -> list[str]:
+    """`diskgnn.prepare` options of W2 at `nodes` nodes: W1's sizes on a power-law graph (docs/benchmarks.md)."""
+    return ["synthetic", "--structure", "powerlaw", "--nodes", str(nodes), "--feat-dim", str(W1["feat_dim"]),
+            "--avg-degree", str(W1["avg_degree"]), "--classes", str(W1["classes"]), "--seed", str(W1["seed"])]
+
+
 def prepare_once(data: Path, options: list[str], who: str) -> dict | None:
     """`python -m diskgnn.prepare OPTIONS --out DATA` in its own process (its memory is not the benchmark's),
     unless DATA holds a dataset already: its wall time and last line, or None where it was there."""

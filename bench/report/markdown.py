@@ -54,7 +54,24 @@ repeats. The dashed line has the median of the repeats' slopes.
 """
 
 
-def section(suite: dict, epoch: dict, scaling: dict | None, limits: dict, plots: Path, markdown: Path) -> str:
+def w2_section(w2: dict | None) -> str:
+    if w2 is None:
+        return ("### W2: diskgnn and MariusGNN\n\nNot run in this session (`bench.suite --steps` left it out); the "
+                "last measurement is in the sections below.\n")
+    return f"""### W2: diskgnn and MariusGNN, node classification
+
+W2: W1's sizes on a power-law graph (`prepare synthetic --structure powerlaw --nodes {w2['nodes']:,} ...`,
+{w2['edges']:,} edges), the same model and settings, {work(w2)}, each run alone in the cap with the page cache
+dropped first. MariusGNN is an installed `marius_train` (DISKGNN_MARIUS or on PATH; what it needs, docs/peers.md)
+on W2 exported for the cap, its partition buffer the largest its memory model lets the cap hold; its
+preprocessing is the export. The val target is the lower of the two systems' best val accuracies.
+
+{peer_table(w2, ran_only=True)}
+"""
+
+
+def section(suite: dict, epoch: dict, scaling: dict | None, limits: dict, plots: Path, markdown: Path,
+            w2: dict | None = None) -> str:
     rel = os.path.relpath(plots, markdown.parent)
     text = banner(suite, epoch)
     cap = report_cap(epoch)
@@ -110,6 +127,7 @@ fio on W1's feature file, O_DIRECT, io_uring, {limits.get('seconds', '?')} s eac
 
 {stage_table(epoch)}
 
+{w2_section(w2)}
 {scaling_section(scaling, rel)}
 GPU rows: {"diskgnn on the GPU (`--device cuda`), GPU utilisation sampled by nvidia-smi every 200 ms; the other rows train on the CPU." if epoch.get('cuda') else "none: no CUDA device on this machine (with one, the suite adds diskgnn's `--device cuda` rows with the GPU's utilisation)."}
 """
@@ -122,6 +140,7 @@ def render(suite_path, markdown, plots) -> None:
     epoch = _load(files["epoch"])
     # A partial suite (--steps) has no file for the steps it left out; their sections say so.
     scaling = _load(files["scaling"]) if "scaling" in files else None
+    w2 = _load(files["w2"]) if "w2" in files else None
     limits = _load(files["limits"]) if "limits" in files else {"error": "not run in this session (bench.suite --steps)"}
     plots, markdown = Path(plots), Path(markdown)
     plots.mkdir(parents=True, exist_ok=True)
@@ -132,6 +151,6 @@ def render(suite_path, markdown, plots) -> None:
         plot_scaling(scaling, text, plots / "scaling.png")
     plot_disk(epoch, limits, text, plots / "disk.png")
     plot_stages(epoch, text, plots / "stages.png")
-    new = section(suite, epoch, scaling, limits, plots, markdown)
+    new = section(suite, epoch, scaling, limits, plots, markdown, w2)
     write_section(markdown, new, (BEGIN, END))
     print(f"wrote {markdown} and the plots in {plots}")

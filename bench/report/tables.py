@@ -152,9 +152,9 @@ def read_per_epoch(r: dict, epoch: dict) -> float | None:
     return r["disk_bytes_read"] * epoch["batches_per_epoch"] / r["batches"]
 
 
-def peer_table(epoch: dict) -> str:
+def peer_table(epoch: dict, ran_only: bool = False) -> str:
     """Per system and cap: epoch time, test accuracy after the epochs, time to the common val target, bytes
-    read, peak memory and preprocessing."""
+    read, peak memory and preprocessing (`ran_only`: the systems --systems chose, not the rest)."""
     target = val_target(epoch)
     lines = [f"Val target (the best val accuracy every evaluated system reached): "
              f"{'n/a' if target is None else f'{target:.4f}'}.", "",
@@ -163,6 +163,8 @@ def peer_table(epoch: dict) -> str:
     rows = [(n, "none", epoch["uncapped"][n]) for n in uncapped_names(epoch)]
     rows += [(n, c, epoch["caps"][c]["runs"][n]) for c in cap_names(epoch) for n in capped_names(epoch)]
     for name, cap, r in rows:
+        if ran_only and r.get("not_selected"):
+            continue
         if "epoch_s" not in r:
             lines.append(f"| {SHORT[name]} | {cap} | {cell(r)} | | | | | | |")
             continue
