@@ -109,6 +109,12 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     assert len(scaling["fits"]["epoch"]["deviation"]) == 4
     limits = json.loads((out / "limits.json").read_text())
     assert limits["sequential_1m"]["MBps"] > 0 if "error" not in limits else "fio" in limits["error"]
+    # W2 (power-law): diskgnn and MariusGNN alone, evaluated, or MariusGNN's row says why not
+    w2 = json.loads((out / "w2.json").read_text())
+    w2_runs = w2["caps"]["1GiB"]["runs"]
+    assert w2["nodes"] == 20_000 and len(w2_runs["diskgnn"]["val_acc_per_epoch"]) == 2
+    assert "val_acc_per_epoch" in w2_runs["marius"] or w2_runs["marius"]["error"].startswith(why_not["marius"])
+    assert all(r.get("not_selected") for n, r in w2_runs.items() if n not in ("diskgnn", "marius"))
 
     md = out / "benchmarks.md"
     text = md.read_text()
@@ -116,6 +122,9 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     for name in runs:
         assert LABELS[name] in text
     assert "| system | cap | epoch | epochs done | test acc" in text
+    w2_text = text[text.index("### W2: diskgnn and MariusGNN, node classification"):]
+    w2_rows = [x for x in w2_text[: w2_text.index("\n### ")].splitlines() if x.startswith("| ") and "---" not in x]
+    assert [x.split(" | ")[0][2:] for x in w2_rows[1:]] == [SHORT["diskgnn"], SHORT["marius"]], w2_rows
     diskgnn_row = next(x for x in text.splitlines() if x.startswith(f"| {SHORT['diskgnn']} | 1GiB |"))
     assert re.search(r"\*\*[\d.]+ s\*\* \(training [\d.]+ s; sampling [\d.]+ s \+ packing", diskgnn_row), diskgnn_row
     for png in ("epoch", "peers", "scaling", "disk", "stages"):
@@ -142,6 +151,7 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     render(out / "suite.json", md, out / "bench")
     partial = md.read_text()
     assert "### Scaling\n\nNot run in this session" in partial and "| fio | not run: not run in this session" in partial
+    assert "### W2: diskgnn and MariusGNN\n\nNot run in this session" in partial
     # Every capped diskgnn run failed (no bar has a ratio): the plots still render, on linear axes.
     for cap in epoch["caps"].values():
         cap["runs"]["diskgnn"] = {"error": "diskgnn-1GiB: exit 1: broken"}
