@@ -3,6 +3,7 @@ and one report (docs/benchmarks.md's generated section and its plots).
 
     python -m bench.suite [--caps 1GiB,2GiB,4GiB] [--loop-timeout 90] [--scales 0.25,0.5,1,2]
     python -m bench.suite --steps limits,epoch --systems diskgnn,dgl_ondisk    # a part; the report says which
+    python -m bench.suite --steps w2                 # W2's section alone: diskgnn and MariusGNN at 2 and 4 GiB
     python -m bench.suite --smoke --out-dir DIR     # tiny, for the test suite; report and plots in DIR
 
 In one session, in this order: the W1 workloads are prepared once (cached
@@ -94,9 +95,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes, one cap, short timeouts (the test suite)")
     args = ap.parse_args(argv)
     chosen = args.steps.split(",")
-    if set(chosen) - set(STEPS) or "epoch" not in chosen:
+    if set(chosen) - set(STEPS) or ("epoch" not in chosen and set(chosen) != {"w2"}):
         raise SystemExit(f"bench.suite: --steps {args.steps}: choose from {', '.join(STEPS)}, epoch among them "
-                         "(the report is built around the epoch grid)")
+                         "(W1's report is built around the epoch grid), or w2 alone (its section of the report)")
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if args.smoke:
@@ -113,17 +114,19 @@ def main(argv=None) -> dict:
     info = machine_info(workloads)
     print(f"machine: {info['summary']}", flush=True)
     steps = {}
-    w1, steps["prepare"] = step("prepare W1", lambda: synthetic_workload(workloads, nodes), 0.0)
+    if "epoch" in chosen:
+        w1, steps["prepare"] = step("prepare W1", lambda: synthetic_workload(workloads, nodes), 0.0)
     if "limits" in chosen:
         limits, steps["limits"] = step("disk limits (fio)", lambda: disk_read_limits(
             w1 / "features.bin", 2.0 if args.smoke else 15.0), args.idle_wait)
         write_json(out / "limits.json", limits)
     systems = ["--systems", args.systems] if args.systems else []
-    _, steps["epoch"] = step("epoch grid", lambda: bench_epoch.main(
-        ["--data", str(w1), "--caps", args.caps, "--loop-timeout", str(args.loop_timeout), "--batches",
-         str(args.batches), "--epochs", str(args.epochs), "--eval-batches", str(args.eval_batches),
-         "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *systems, *smoke]),
-        args.idle_wait)
+    if "epoch" in chosen:
+        _, steps["epoch"] = step("epoch grid", lambda: bench_epoch.main(
+            ["--data", str(w1), "--caps", args.caps, "--loop-timeout", str(args.loop_timeout), "--batches",
+             str(args.batches), "--epochs", str(args.epochs), "--eval-batches", str(args.eval_batches),
+             "--workdir", str(out / "epoch-work"), "--out", str(out / "epoch.json"), *systems, *smoke]),
+            args.idle_wait)
     if "w2" in chosen:
         w2 = workloads / f"w2-{nodes}"
         _, steps["prepare W2"] = step("prepare W2", lambda: prepare_once(w2, w2_options(nodes), "bench.suite"), 0.0)

@@ -68,7 +68,7 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     from bench import suite
     from bench.epoch import CAPPED, UNCAPPED
     from bench.harness.memcap import CapUnavailable, run_capped
-    from bench.report.markdown import BEGIN, END, render
+    from bench.report.markdown import BEGIN, END, W2_BEGIN, W2_END, render
     from bench.report.tables import LABELS, SHORT
 
     try:
@@ -123,7 +123,7 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
         assert LABELS[name] in text
     assert "| system | cap | epoch | epochs done | test acc" in text
     w2_text = text[text.index("### W2: diskgnn and MariusGNN, node classification"):]
-    w2_rows = [x for x in w2_text[: w2_text.index("\n### ")].splitlines() if x.startswith("| ") and "---" not in x]
+    w2_rows = [x for x in w2_text[: w2_text.index(W2_END)].splitlines() if x.startswith("| ") and "---" not in x]
     assert [x.split(" | ")[0][2:] for x in w2_rows[1:]] == [SHORT["diskgnn"], SHORT["marius"]], w2_rows
     diskgnn_row = next(x for x in text.splitlines() if x.startswith(f"| {SHORT['diskgnn']} | 1GiB |"))
     assert re.search(r"\*\*[\d.]+ s\*\* \(training [\d.]+ s; sampling [\d.]+ s \+ packing", diskgnn_row), diskgnn_row
@@ -151,13 +151,20 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     render(out / "suite.json", md, out / "bench")
     partial = md.read_text()
     assert "### Scaling\n\nNot run in this session" in partial and "| fio | not run: not run in this session" in partial
-    assert "### W2: diskgnn and MariusGNN\n\nNot run in this session" in partial
+    assert partial.count(W2_BEGIN) == 1 and w2_text[:2000] in partial  # W2's section stays as it was
     # Every capped diskgnn run failed (no bar has a ratio): the plots still render, on linear axes.
     for cap in epoch["caps"].values():
         cap["runs"]["diskgnn"] = {"error": "diskgnn-1GiB: exit 1: broken"}
     (out / "epoch.json").write_text(json.dumps(epoch))
     render(out / "suite.json", md, out / "bench")
     assert "broken" in md.read_text()
+    # The W2 step alone (--steps w2) rewrites its own section, not W1's.
+    broken = md.read_text()
+    s["files"] = {"w2": str(out / "w2.json")}
+    (out / "suite.json").write_text(json.dumps(s))
+    md.write_text(broken.replace("W2: W1's sizes", "stale"))
+    render(out / "suite.json", md, out / "bench")
+    assert md.read_text() == broken
     with pytest.raises(SystemExit, match="epoch among them"):
         suite.main(["--smoke", "--out-dir", str(out), "--steps", "limits,scaling"])
 
