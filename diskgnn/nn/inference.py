@@ -15,7 +15,9 @@ again rather than computing it twice. With a stored whole-graph HAG
 (loading/graph_hag.py) the layers over every node take its chunks (their size
 is the HAG's) and sum through each chunk's HAG where it pays, on the CPU. Given a `memory` to tile in, a mean
 layer (SAGE, GCN) whose gathers would read more than passes over its input takes the tiled pass instead
-(nn/tiled_sum.py): its neighbour sums a block of destinations at a time, the input read forwards.
+(nn/tiled_sum.py): its neighbour sums a block of destinations at a time, the input read forwards. A layer
+narrower than its input runs on its parts (its own rows' share and its messages, `parts-<i>.f32`), which the
+layer below writes in place of its outputs: the wide hidden layer between them is never stored.
 """
 
 from __future__ import annotations
@@ -32,9 +34,14 @@ from ..data.features import FeatureSource, feature_source
 from ..data.files import write_atomic
 from ..data.format import Dataset
 from ..loading.blocks import full_block
-from .tiled_sum import is_mean_layer, mean_layer_outputs, read_bytes
+from .tiled_sum import is_mean_layer, mean_layer_outputs, passes, projects_first
 
 PAGE = 4096  # what a gathered row costs at least: the page its fault reads
+
+
+def _as_is(rows):
+    """The decoder of float32 model values (layer outputs, parts): none."""
+    return rows
 
 
 def read_rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
@@ -100,74 +107,112 @@ class LayerWise:
     def _layer(self, i: int, block, h, decode, src) -> torch.Tensor:
         return self.model.layer(i, block.to(self.device), decode(read_rows(h, src).to(self.device))).float().cpu()
 
-    def _tiled(self, i: int, h: np.ndarray, targets: np.ndarray, grid: int) -> bool:
-        """Whether layer i over sorted unique `targets` takes the tiled pass: a mean layer, a memory to tile in, no
-        HAG, and its passes over the input read fewer bytes than the targets' in-edges gathered a page each."""
-        layer = self.model.layers[i]
+    def _width(self, i: int) -> int:
+        """Columns of layer i's input, decoded."""
+        return self.source.dim if i == 0 else self.model.layers[i - 1].d_out
+
+    def _plan(self, i: int, targets: np.ndarray, grid: int) -> str | None:
+        """How layer i runs over sorted unique `targets`: "parts" (tiled over its parts), "tiled" (over its input)
+        or None (gathering each chunk's neighbour rows): tiled where it is a mean layer, there is a memory to tile
+        in and no HAG, and its passes read fewer bytes than the targets' in-edges gathered a page each."""
+        layer, n = self.model.layers[i], self.ds.num_nodes
         if self.memory is None or self.hag is not None or not is_mean_layer(layer) or targets.size == 0:
-            return False
-        indptr = self.ds.indptr
-        gathered = int((np.asarray(indptr[targets + 1]) - np.asarray(indptr[targets])).sum())
-        width = self.source.dim if i == 0 else h.shape[1]
-        row_bytes = h.shape[1] * h.dtype.itemsize
-        return read_bytes(layer, indptr, targets, grid, self.memory, width, h.nbytes) < (
-            gathered * max(row_bytes, PAGE))
+            return None
+        indptr, width = self.ds.indptr, self._width(i)
+        degrees = np.asarray(indptr[targets + 1]) - np.asarray(indptr[targets])
+        row_bytes = self.source.row_bytes if i == 0 else 4 * width
+        gathered = int(degrees.sum()) * max(row_bytes, PAGE)
+        read = {"tiled": passes(degrees, grid, self.memory, width, layer.d_out) * n * row_bytes}
+        if projects_first(layer, width):  # the parts made in one pass over the input (for layer 0, the features)
+            read["parts"] = (n * row_bytes if i == 0 else 0) + n * 4 * self._parts_width(i) * passes(
+                degrees, grid, self.memory, layer.d_out, layer.d_out)
+        plan = min(read, key=read.get)
+        return plan if read[plan] < gathered else None
 
-    def _tiled_outputs(self, i: int, h, decode, targets: np.ndarray, grid: int):
-        scratch = self.dir / f"layer-{i}.projected.partial"
-        try:
-            yield from mean_layer_outputs(lambda block, x: self.model.layer(i, block, x), self.model.layers[i],
-                                          self.ds.indptr, self.ds.indices, h, decode, targets, grid, self.memory,
-                                          scratch, self.device)
-        finally:
-            scratch.unlink(missing_ok=True)
+    @torch.no_grad()
+    def _parts_width(self, i: int) -> int:
+        own, message = self.model.layers[i].parts(torch.zeros(1, self._width(i), device=self.device))
+        return own.shape[1] + message.shape[1]
 
-    def inputs(self, k: int, say=None):
+    def _parts(self, i: int):
+        """Layer i's parts of input rows, as one float32 CPU array [rows, own | message]."""
+        layer = self.model.layers[i]
+        return lambda x: torch.cat(layer.parts(x.to(self.device)), 1).float().cpu()
+
+    def _tiled_outputs(self, i: int, h, decode, targets: np.ndarray, grid: int, on_parts: bool):
+        own_cols = None
+        if on_parts:
+            own_cols = h.shape[1] - self.model.layers[i].d_out
+        return mean_layer_outputs(lambda block, x: self.model.layer(i, block, x), self.ds.indptr, self.ds.indices,
+                                  h, decode, targets, grid, self.memory, self.model.layers[i].d_out, self.device,
+                                  own_cols)
+
+    def inputs(self, k: int, say=None, parts: bool = False):
         """(rows, decode) that layer k reads: the stored features for k = 0, else layer k - 1's outputs for every
-        node, with layers 0 .. k - 1 computed (or taken up from a kept file whose checksum and model match)."""
+        node, or (`parts`) layer k's parts of them; layers 0 .. k - 1 computed (or taken up from a kept file whose
+        checksum and model match). A layer below k whose plan is "parts" reads its parts, which the layer
+        below it wrote in place of its outputs."""
+        every = np.arange(self.ds.num_nodes, dtype=np.int64)
+        wants = [self._plan(i, every, self.chunk_nodes) == "parts" for i in range(k)] + [parts]
         h, decode = self.source.rows, self.source.decode_torch
+        if wants[0]:
+            h = self._kept("parts-0", lambda path: self._write(path, self._mapped(h, decode, self._parts(0))), say)
+            decode = _as_is
         for i in range(k):
-            path = self.dir / f"layer-{i}.f32"
-            meta_path = path.with_suffix(".json")
-            expect = {**self.identity, "layer": i}
-            if meta_path.exists() and path.exists():
-                meta = json.loads(meta_path.read_text())
-                same = {key: meta.get(key) for key in expect} == expect
-                if same and rows_checksum(np.load(path, mmap_mode="r")) == meta["checksum"]:
-                    if say is not None:
-                        say(f"infer: layer {i} taken up from {path} (checksum checked)")
-                    h, decode = np.load(path, mmap_mode="r"), (lambda x: x)
-                    self.kept.append(path)
-                    continue
-            meta_path.unlink(missing_ok=True)
-            h, checksum = self._all_nodes(i, h, decode, path)
-            write_atomic(meta_path, (json.dumps({**expect, "checksum": checksum}) + "\n").encode())
-            self.kept.append(path)
-            decode = lambda x: x  # noqa: E731 - layer outputs are float32 model values already
-            if say is not None:
-                say(f"infer: layer {i} of {len(self.model.layers)} done over {self.ds.num_nodes:,} nodes")
+            name, then = (f"parts-{i + 1}", self._parts(i + 1)) if wants[i + 1] else (f"layer-{i}", None)
+            chunks = self._chunks(i, h, decode, wants[i])
+            h = self._kept(name, lambda path: self._write(path, chunks if then is None else
+                                                          ((lo, then(y)) for lo, y in chunks)), say)
+            decode = _as_is
         return h, decode
 
-    def _all_nodes(self, i: int, h, decode, path: Path) -> tuple[np.ndarray, str]:
-        """Layer i over every node into `path`, and its rows' checksum (hashed as the chunks are written, in row
-        order: what rows_checksum reads back)."""
+    def _kept(self, name: str, make, say=None) -> np.ndarray:
+        """The rows of `name`.f32 in the workdir: taken up where a kept file's checksum and identity match, else
+        made (`make(path)` -> its rows' checksum) and kept."""
+        path = self.dir / f"{name}.f32"
+        meta_path = path.with_suffix(".json")
+        expect = {**self.identity, "file": name}
+        if meta_path.exists() and path.exists():
+            meta = json.loads(meta_path.read_text())
+            same = {key: meta.get(key) for key in expect} == expect
+            if same and rows_checksum(np.load(path, mmap_mode="r")) == meta["checksum"]:
+                if say is not None:
+                    say(f"infer: {name} taken up from {path} (checksum checked)")
+                self.kept.append(path)
+                return np.load(path, mmap_mode="r")
+        meta_path.unlink(missing_ok=True)
+        checksum = make(path)
+        write_atomic(meta_path, (json.dumps({**expect, "checksum": checksum}) + "\n").encode())
+        self.kept.append(path)
+        if say is not None:
+            say(f"infer: {name} done over {self.ds.num_nodes:,} nodes")
+        return np.load(path, mmap_mode="r")
+
+    def _write(self, path: Path, chunks) -> str:
+        """(first node, rows) chunks covering every node, in order, into `path`; their checksum (hashed as they
+        are written, in row order: what rows_checksum reads back)."""
         tmp = path.with_name(path.name + ".partial")
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32,
-                                        shape=(self.ds.num_nodes, self.model.layers[i].d_out))
-        hashed = xxhash.xxh3_128()
-        for lo, y in self._chunks(i, h, decode):
+        out, hashed = None, xxhash.xxh3_128()
+        for lo, y in chunks:
+            if out is None:
+                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.ds.num_nodes, y.shape[1]))
             out[lo: lo + len(y)] = y = y.numpy()
             hashed.update(np.ascontiguousarray(y, dtype="<f4").tobytes())
         out.flush()
         del out
         tmp.replace(path)
-        return np.load(path, mmap_mode="r"), hashed.hexdigest()
+        return hashed.hexdigest()
 
-    def _chunks(self, i: int, h, decode):
-        """(first node, outputs) of layer i over every node, in order."""
+    def _mapped(self, h, decode, fn):
+        """(first node, fn(rows)) over every stored row, read forwards a chunk at a time."""
+        for lo in range(0, self.ds.num_nodes, self.chunk_nodes):
+            yield lo, fn(decode(torch.from_numpy(np.array(h[lo: lo + self.chunk_nodes]))).float())
+
+    def _chunks(self, i: int, h, decode, on_parts: bool):
+        """(first node, outputs) of layer i over every node, in order (`on_parts`: h is its parts)."""
         every = np.arange(self.ds.num_nodes, dtype=np.int64)
-        if self._tiled(i, h, every, self.chunk_nodes):
-            yield from self._tiled_outputs(i, h, decode, every, self.chunk_nodes)
+        if on_parts or self._plan(i, every, self.chunk_nodes) == "tiled":
+            yield from self._tiled_outputs(i, h, decode, every, self.chunk_nodes, on_parts)
             return
         for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
             block, src = full_block(self.ds.indptr, self.ds.indices, np.arange(lo, hi))
@@ -180,11 +225,12 @@ class LayerWise:
         `batch_size` nodes at a time (duplicates allowed) and split further where their in-edges exceed the
         chunk's, as float32 CPU tensors. Row i's value depends on the batches only through where they start:
         from the same `start` (a multiple of `batch_size`), a rerun computes the same bytes."""
-        h, decode = self.inputs(k - 1, say)
         nodes = np.asarray(nodes, dtype=np.int64)
         rest = nodes[start:]
-        if np.all(rest[1:] > rest[:-1]) and self._tiled(k - 1, h, rest, batch_size):
-            for s, rows in self._tiled_outputs(k - 1, h, decode, rest, batch_size):
+        plan = self._plan(k - 1, rest, batch_size) if np.all(rest[1:] > rest[:-1]) else None
+        h, decode = self.inputs(k - 1, say, parts=plan == "parts")
+        if plan is not None:
+            for s, rows in self._tiled_outputs(k - 1, h, decode, rest, batch_size, plan == "parts"):
                 yield start + s, rows
             return
         indptr = self.ds.indptr

@@ -42,13 +42,16 @@ class SAGELayer(nn.Module):
     def forward(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
         # Aggregate before transforming: the neighbour sum runs on d_in columns
         # and the linear map on num_dst rows only.
+        if block.projected:  # sums of parts(h)'s messages, taken already (nn/tiled_sum.py)
+            return block.pre + block.mean_neighbours(block.pre)
         mean = block.mean_neighbours(h)
-        return self.self_lin(h[: block.num_dst]) + (mean if block.projected else self.neigh_lin(mean))
+        return self.self_lin(h[: block.num_dst]) + self.neigh_lin(mean)
 
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """The linear map the neighbours' mean takes (no bias: it commutes with the mean), for a block whose sums
-        are taken of its outputs (`projected`: fewer columns to sum where d_out < d_in)."""
-        return self.neigh_lin(h)
+    def parts(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per node, what its own row adds to its output and its message: the linear map its neighbours' mean
+        takes (no bias, so it commutes with the mean), for a block whose sums are of the messages (`projected`:
+        fewer columns to sum where d_out < d_in)."""
+        return self.self_lin(h), self.neigh_lin(h)
 
 
 class GCNLayer(nn.Module):
@@ -63,9 +66,10 @@ class GCNLayer(nn.Module):
         mean = block.mean_neighbours(h, self_loop=True)
         return mean + self.lin.bias if block.projected else self.lin(mean)
 
-    def project(self, h: torch.Tensor) -> torch.Tensor:
-        """As SAGELayer.project: the map without its bias, which the mean leaves as it is."""
-        return F.linear(h, self.lin.weight)
+    def parts(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """As SAGELayer.parts: no own part (its row enters as a self-loop's message); the map without its bias,
+        which the mean leaves as it is."""
+        return h.new_zeros((h.shape[0], 0)), F.linear(h, self.lin.weight)
 
 
 class GATLayer(nn.Module):

@@ -6,9 +6,12 @@ file, a page fault (and the device's read-ahead) a row. W2's 8 M nodes took 1,58
 reading 2,847 GB for a 4.1 GB feature file and an 8.2 GB hidden layer. A mean layer (SAGE, GCN) needs of its
 neighbours only their sum, and a sum can be taken in any order: here a block of destinations, as many as the
 memory holds, takes one forward pass over the input, a piece of rows at a time, each piece's edges added into
-the block's float32 sums. The bytes read are (blocks) x (input), in order. Where the layer's output is narrower
-than its input and its neighbours' mean goes through a linear map (`project`), the map is taken first, over every
-node in one forward pass, and the sums are of its outputs: W2's classifier layer sums 16 columns instead of 256.
+the block's float32 sums. The bytes read are (blocks) x (input), in order.
+
+A layer narrower than its input runs on its parts instead (`parts`: per node, what its own row contributes and
+its message, the linear map its neighbours' mean goes through, taken first since it commutes with the mean);
+the sums are of the messages: W2's classifier layer sums 16 columns instead of 256, and nn/inference.py writes a
+layer's parts in place of the layer below's outputs, so the 256-column hidden layer is never stored.
 
 A destination's edges are added in source order on a piece grid fixed from row 0, so its sum does not depend on
 the block it fell in; the layer then runs on `grid` destinations at a time, a grid its caller fixes, so a rerun
@@ -23,22 +26,23 @@ import torch
 from ..loading.blocks import neighbour_lists
 
 PIECE_BYTES = (1 << 20, 64 << 20)  # a piece's decoded rows: at least (fewer passes of Python), at most
-EDGE_BYTES = 48  # an edge's share of a block: its source and destination ids, their sort and a gather index
+EDGE_BYTES = 32  # an edge's share of a block: its source (int64) and destination (int32) ids, sorted, and the sort
 
 
 class SummedBlock:
     """A block whose neighbour sums are taken: the destinations' float32 sums and in-degrees, what a mean layer
-    reads of a TensorBlock (mean_neighbours). `own`: where the sums are of the layer's projection (`projected`),
-    the destinations' own projected rows, a self-loop's."""
+    reads of a TensorBlock (mean_neighbours). Where the sums are of the layer's messages (`projected`): `own`, the
+    destinations' own messages (a self-loop's), and `pre`, their own rows' part of the output."""
 
     kernels = None  # its layer's dropout: the default kernels
 
-    def __init__(self, sums: torch.Tensor, deg: torch.Tensor, own: torch.Tensor | None = None):
-        self.sums, self.deg, self.own, self.num_dst = sums, deg, own, sums.shape[0]
+    def __init__(self, sums: torch.Tensor, deg: torch.Tensor, own: torch.Tensor | None = None,
+                 pre: torch.Tensor | None = None):
+        self.sums, self.deg, self.own, self.pre, self.num_dst = sums, deg, own, pre, sums.shape[0]
         self.projected = own is not None
 
     def to(self, device) -> "SummedBlock":
-        return SummedBlock(self.sums.to(device), self.deg.to(device), None if self.own is None else self.own.to(device))
+        return SummedBlock(*(None if t is None else t.to(device) for t in (self.sums, self.deg, self.own, self.pre)))
 
     def mean_neighbours(self, h: torch.Tensor, self_loop: bool = False) -> torch.Tensor:
         """As TensorBlock's: the sums times 1 / max(deg, 1), or with self_loop (sums + own row) / (deg + 1)."""
@@ -74,70 +78,48 @@ def blocks(degrees: np.ndarray, grid: int, memory: int, width: int, out_width: i
     return bounds + [degrees.size] if degrees.size else [0]
 
 
-def read_bytes(layer, indptr: np.ndarray, targets: np.ndarray, grid: int, memory: int, width: int,
-               input_bytes: int) -> int:
-    """The bytes a tiled pass of `layer` over `targets` reads: its input once a block, or, projecting first, the
-    input once and the projection once a block where it is not held in memory."""
-    degrees = np.asarray(indptr[targets + 1] - indptr[targets])
-    if not projects_first(layer, width):
-        return (len(blocks(degrees, grid, memory, width, layer.d_out)) - 1) * input_bytes
-    projection = 4 * (len(indptr) - 1) * layer.d_out
-    held = projection <= memory // 2
-    passes = len(blocks(degrees, grid, memory - projection * held, layer.d_out, layer.d_out)) - 1
-    return input_bytes + (0 if held else passes * projection)
+def passes(degrees: np.ndarray, grid: int, memory: int, width: int, out_width: int) -> int:
+    """The forward passes over its input a tiled pass of `width` summed columns takes: one a block."""
+    return len(blocks(degrees, grid, memory, width, out_width)) - 1
 
 
 def projects_first(layer, width: int) -> bool:
-    """Whether the tiled pass sums the layer's projection rather than its input: a narrower one."""
-    return hasattr(layer, "project") and layer.d_out < width
+    """Whether a layer runs on its parts (nn/inference.py): a mean layer with a message narrower than its input."""
+    return hasattr(layer, "parts") and layer.d_out < width
 
 
-def mean_layer_outputs(run, layer, indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, decode,
-                       targets: np.ndarray, grid: int, memory: int, scratch, device: str = "cpu"):
-    """Yields (position in targets, float32 CPU outputs) of `run(block, h)` (`layer`'s forward and what follows
-    it), a mean layer, for sorted unique `targets`, `grid` of them at a time; `rows`: its input (stored rows,
-    `decode` making them float32); `scratch`: a file for the projection where it does not fit in memory."""
+def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, decode, targets: np.ndarray,
+                       grid: int, memory: int, out_width: int, device: str = "cpu", own_cols: int | None = None):
+    """Yields (position in targets, float32 CPU outputs) of `run(block, h)` (a mean layer's forward and what
+    follows it) for sorted unique `targets`, `grid` of them at a time. `rows`: the layer's input (stored rows,
+    `decode` making them float32), or with `own_cols` its parts (float32: `own_cols` columns of the own rows'
+    part, then the messages)."""
     targets = np.asarray(targets, dtype=np.int64)
+    if own_cols is not None:
+        decode = lambda x: x[:, own_cols:]  # noqa: E731 - the messages are what is summed
     width = int(decode(torch.from_numpy(np.array(rows[:1]))).shape[1])
-    projected = None
-    if projects_first(layer, width):
-        projected = _projection(layer, rows, decode, width, memory, scratch, device)
-        memory -= 0 if isinstance(projected, np.memmap) else projected.nbytes
-    summed, summed_decode = (rows, decode) if projected is None else (projected, torch.Tensor.float)
-    summed_width = width if projected is None else layer.d_out
-    piece = piece_rows(memory, summed_width)
+    piece = piece_rows(memory, width)
     degrees = np.asarray(indptr[targets + 1] - indptr[targets], dtype=np.int64)
-    bounds = blocks(degrees, grid, memory, summed_width, layer.d_out)
+    bounds = blocks(degrees, grid, memory, width, out_width)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sums = _block_sums(indptr, indices, summed, summed_decode, targets[lo:hi], summed_width, piece)
+        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece)
         deg = torch.from_numpy(degrees[lo:hi].astype(np.float32)).unsqueeze(1)
         for s in range(lo, hi, grid):
             e = min(hi, s + grid)
-            own = decode(_forward_rows(rows, targets[s:e])).float()
-            own_projected = None if projected is None else _forward_rows(projected, targets[s:e])
-            block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo], own_projected).to(device)
-            yield s, run(block, own.to(device)).float().cpu()
-
-
-def _projection(layer, rows, decode, width: int, memory: int, scratch, device) -> np.ndarray:
-    """layer.project over every input row, in memory where it takes at most half of `memory`, else in `scratch`."""
-    shape = (rows.shape[0], layer.d_out)
-    if 4 * shape[0] * shape[1] <= memory // 2:
-        out = np.empty(shape, dtype=np.float32)
-    else:
-        out = np.lib.format.open_memmap(scratch, mode="w+", dtype=np.float32, shape=shape)
-    piece = piece_rows(memory, width)
-    with torch.no_grad():
-        for a in range(0, shape[0], piece):
-            x = decode(torch.from_numpy(np.array(rows[a: a + piece]))).float().to(device)
-            out[a: a + piece] = layer.project(x).float().cpu().numpy()
-    return out
+            own = _forward_rows(rows, targets[s:e])
+            if own_cols is None:
+                block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo])
+                own = decode(own).float()
+            else:
+                block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo], own[:, own_cols:], own[:, :own_cols])
+                own = own[:, :own_cols]
+            yield s, run(block.to(device), own.to(device)).float().cpu()
 
 
 def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int) -> torch.Tensor:
     """float32 sums of `rows` (decoded) over each target's in-neighbours, the input read forwards a piece at a time."""
     local_ptr, src = neighbour_lists(indptr, indices, targets)
-    dst = np.repeat(np.arange(targets.size, dtype=np.int64), np.diff(local_ptr))
+    dst = np.repeat(np.arange(targets.size, dtype=np.int32), np.diff(local_ptr))
     order = np.argsort(src, kind="stable")
     src, dst = src[order], torch.from_numpy(dst[order])
     del order

@@ -34,11 +34,16 @@ def oracle(layer, indptr, indices, rows, targets):
         return layer(block, decode(torch.from_numpy(rows[src])))
 
 
-def tiled(layer, graph, targets, grid, memory, scratch=None):
+def tiled(layer, graph, targets, grid, memory):
+    """The tiled pass of `layer`, over its parts where it projects first (nn/inference.py's choice)."""
     indptr, indices, rows = graph
+    own_cols = None
     with torch.no_grad():
-        parts = list(mean_layer_outputs(layer, layer, indptr, indices, rows, decode, targets, grid,
-                                        memory, scratch))
+        if projects_first(layer, rows.shape[1]):
+            own, message = layer.parts(decode(torch.from_numpy(rows)))
+            rows, own_cols = torch.cat([own, message], 1).numpy(), own.shape[1]
+        parts = list(mean_layer_outputs(layer, indptr, indices, rows, decode if own_cols is None else None, targets,
+                                        grid, memory, layer.d_out, own_cols=own_cols))
     starts = [s for s, _ in parts]
     assert starts == list(range(0, len(targets), grid))
     return torch.cat([y for _, y in parts]) if parts else torch.empty(0, layer.d_out)
@@ -54,26 +59,12 @@ def test_tiled_outputs_equal_the_full_block(graph, kind, targets, memory, d_out)
     layer = kind(4097, d_out)
     assert projects_first(layer, 4097) == (d_out < 4097)
     assert piece_rows(memory, 4097) < 199  # the input read in several pieces
-    width = 4097 if d_out > 4097 else d_out
-    cuts = blocks(np.diff(graph[0])[targets], 7, memory - (4 * 199 * d_out if d_out < 4097 else 0), width, d_out)
+    cuts = blocks(np.diff(graph[0])[targets], 7, memory, 4097 if d_out > 4097 else d_out, d_out)
     assert len(cuts) - 1 == (0 if targets.size == 0 else 1 if memory > 1e6 else -(-targets.size // 7))
     got = tiled(layer, graph, targets, 7, memory)
     assert got.shape == (targets.size, d_out)
     if targets.size:
         torch.testing.assert_close(got, oracle(layer, *graph, targets), rtol=1e-5, atol=1e-4)
-
-
-@pytest.mark.parametrize("kind", [SAGELayer, GCNLayer])
-def test_a_projection_larger_than_its_memory_goes_through_a_file(graph, kind, tmp_path, monkeypatch):
-    from diskgnn.nn import tiled_sum
-
-    torch.manual_seed(2)
-    layer, made = kind(4097, 5), []
-    real = np.lib.format.open_memmap
-    monkeypatch.setattr(tiled_sum.np.lib.format, "open_memmap", lambda path, **kw: made.append(path) or real(path, **kw))
-    got = tiled(layer, graph, np.arange(199), 16, 4096, tmp_path / "projection.npy")
-    assert made == [tmp_path / "projection.npy"]
-    torch.testing.assert_close(got, oracle(layer, *graph, np.arange(199)), rtol=1e-5, atol=1e-4)
 
 
 def test_from_a_grid_point_the_bytes_are_a_whole_runs(graph):
@@ -105,10 +96,31 @@ def test_layerwise_tiles_mean_layers_only_and_agrees_with_gathering(small_datase
     model = GNN(kind, ds.feature_dim, 16, ds.num_classes, 3, 0.5).eval()
     every = np.arange(ds.num_nodes)
     lw = LayerWise(model, ds, tmp_path / "lw", memory=4096)
-    h = lw.source.rows
-    assert lw._tiled(0, h, every, 50) == (kind != "gat")
-    assert not LayerWise(model, ds, tmp_path / "lw2")._tiled(0, h, every, 50)  # no memory to tile in
+    assert [lw._plan(i, every, 50) for i in range(3)] == [None] * 3 if kind == "gat" else ["tiled", "tiled", "parts"]
+    assert LayerWise(model, ds, tmp_path / "lw2")._plan(0, every, 50) is None  # no memory to tile in
     seeds = np.r_[np.arange(0, 199, 3), 198]
     gathered = full_neighbour_logits(model, ds, seeds, tmp_path / "g", batch_size=20)
     tiled_ = full_neighbour_logits(model, ds, seeds, tmp_path / "t", batch_size=20, memory=4096)
     torch.testing.assert_close(tiled_, gathered, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn"])
+def test_a_narrower_layer_reads_the_parts_the_layer_below_wrote(small_dataset, tmp_path, kind):
+    """hidden 32 -> 8 -> 3 classes: layer 1 (32 -> 8) and layer 2 (8 -> 3) run on their parts, written by the
+    layer below in place of its outputs; the hidden layers are never stored; the logits are the in-memory ones."""
+    ds = small_dataset
+    torch.manual_seed(1)
+    model = GNN(kind, ds.feature_dim, 32, ds.num_classes, 3, 0.5).eval()
+    model.layers[1] = type(model.layers[1])(32, 8)
+    model.layers[2] = type(model.layers[2])(8, ds.num_classes)
+    every = np.arange(ds.num_nodes)
+    lw = LayerWise(model, ds, tmp_path / "lw", memory=1 << 20)
+    assert [lw._plan(i, every, 50) for i in range(3)] == ["tiled", "parts", "parts"]
+    with torch.no_grad():
+        got = torch.cat([rows for _, rows in lw.outputs(every, 3, 50)])
+        block, _ = full_block(ds.indptr, ds.indices, every)
+        want = torch.from_numpy(np.array(ds.features, dtype=np.float32))
+        for i in range(3):
+            want = model.layer(i, block, want)
+    assert sorted(p.name for p in (tmp_path / "lw").glob("*.f32")) == ["parts-1.f32", "parts-2.f32"]
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
