@@ -43,6 +43,7 @@ slower than the timeout. The naive loop gives a rate only (its first
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 import time
@@ -141,24 +142,34 @@ def export_peer(peer, data: Path, out: Path, args, cap_text: str) -> float:
 
 
 def peer_row(peer, out: Path, data: Path, args, export_s: float, timeout: float | None) -> dict:
-    """Runs a peer (bench.peers.marius or .ginex) on its export (the page cache dropped first) and makes its row."""
+    """Runs a peer (bench.peers.marius or .ginex) on its export (the page cache dropped first) and makes its row:
+    a run that died after some epochs keeps them, and says how it died."""
     from .peers.common import read_export_info
 
     name = peer.__name__.rsplit(".", 1)[1]
     drop_caches()
     row = peer.run(out, timeout=timeout)
     plan = read_export_info(out)["options"].get("buffer_plan", {})
-    if row["status"] != "ok" or not row.get("epoch_times_s"):
+    if not row.get("epoch_times_s"):
         return {"error": f"{name}: {row['status']}: {row.get('why', '')}", "row": row}
     times = row["epoch_times_s"]
     batches = batches_per_epoch(data, args)
-    return {**peer_accuracy(row), "epoch_s": sum(times) / len(times), "epochs_done": len(times),
+    died = {} if row["status"] == "ok" else {"died": _death(row.get("why", row["status"]))}
+    return {**peer_accuracy(row), **died, "epoch_s": sum(times) / len(times), "epochs_done": len(times),
             "train_s_per_epoch": times,
             "per_batch_s": sum(times) / (batches * len(times)), "batches": batches * len(times),
             "cap_bytes": row["cap_bytes"], "cgroup_peak_bytes": row["cgroup_peak_bytes"],
             "conversion_s": {"export_s": export_s}, "row": row,
             **({"neighbour_share": plan["neighbour_share"],
                 "buffer": [plan["buffer_capacity"], plan["num_partitions"]]} if "neighbour_share" in plan else {})}
+
+
+def _death(why: str) -> str:
+    """A peer's end in a few words: how ("OOM-killed: <its last lines, ' | '-joined>") and its last log lines."""
+    how, _, last = why.partition(":")
+    lines = [re.sub(r"^\[[^]]*\]\s*", "", x.strip()) for x in last.split(" | ")]
+    said = [x for x in lines if x and not set(x) <= set("=-")]
+    return how.strip() + (f" (its last lines: {'; '.join(said[-2:])})" if said else "")
 
 
 def marius_at_target(data: Path, work: Path, args, cap_text: str, diskgnn: dict, planned: dict) -> dict:

@@ -169,6 +169,7 @@ def peer_table(epoch: dict, ran_only: bool = False) -> str:
             lines.append(f"| {SHORT[name]} | {cap} | {cell(r)} | | | | | | |")
             continue
         whole = "" if not r.get("extrapolated") else f" (rate from {r['batches_done']:,} of {r['batches']:,} batches)"
+        whole += f"; then {r['died']}" if r.get("died") else ""
         if "neighbour_share" in r:
             whole += (f"; {r['buffer'][0]} of {r['buffer'][1]} partitions buffered" if "buffer" in r else "") + \
                 f"; sampled among the buffered partitions: about {r['neighbour_share']:.0%} of the neighbours"

@@ -466,3 +466,34 @@ def test_marius_at_target_runs_the_smallest_buffer_that_reaches_diskgnns_val(dat
     missed = marius_at_target(dataset, tmp_path, args, "1GiB", {"val_acc_per_epoch": [1.2]}, planned)
     assert missed["error"] == ("MariusGNN reached no val accuracy of 1.2000 (diskgnn's best) even with 15 of 16 "
                               "partitions buffered, the most the cap holds")
+
+
+def test_a_peer_that_dies_after_an_epoch_keeps_it_and_says_how(dataset, tmp_path, monkeypatch):
+    """A stand-in marius_train that trains and evaluates one epoch, then dies in its next evaluation: the row keeps
+    the epoch (time, accuracy) and the report says how it ended, in a few words."""
+    import sys
+
+    from bench.epoch import installed_peer
+    from bench.report.tables import peer_table
+
+    if os.geteuid() != 0:
+        pytest.skip("the runs go under a cgroup memory cap, which needs root")
+    fake = tmp_path / "bin" / "marius_train"
+    fake.parent.mkdir()
+    fake.write_text(f"#!{sys.executable}\nimport sys\n"
+                    "print('[04/05/22 18:41:49.199] Epoch Runtime: 63ms')\n"
+                    "print('[04/05/22 18:41:49.199] Evaluating validation set')\nprint('Accuracy: 40%')\n"
+                    "print('[04/05/22 18:41:49.213] Evaluating test set')\nprint('Accuracy: 41%')\n"
+                    "print('=================================')\n"
+                    "print('[04/05/22 18:41:50.001] Evaluating test set')\nsys.exit(3)\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
+    args = SimpleNamespace(fanouts="4,3", batch_size=16, epochs=2, hidden=8, batches=0, loop_timeout=60.0)
+    row = installed_peer("marius", dataset, tmp_path, args, "1GiB", 60.0)
+    if "error" in row and "cannot apply the memory cap" in str(row.get("row", {}).get("why")):
+        pytest.skip(f"no memory cgroup here: {row['row']['why']}")
+    assert row["epochs_done"] == 1 and row["val_acc_per_epoch"] == [pytest.approx(0.40)]
+    assert row["died"] == "exit 3 (its last lines: Accuracy: 41%; Evaluating test set)"
+    epoch = {"uncapped": {}, "caps": {"1GiB": {"runs": {"marius": row}}}, "batches": 0, "batches_per_epoch": 4}
+    line = next(x for x in peer_table(epoch, ran_only=True).splitlines() if x.startswith("| MariusGNN |"))
+    assert "then exit 3 (its last lines: Accuracy: 41%; Evaluating test set)" in line and "| 41.00 % |" in line
