@@ -72,6 +72,18 @@ def write_npy_dir(path: Path, g: dict, edge_layout="2xE", splits=None) -> Path:
     return path
 
 
+def small_dataset_at(tmp: Path):
+    """A prepared 199-node random graph (900 edges, 9 features, 3 classes; node 11 without in-edges) under tmp."""
+    from diskgnn.data.format import open_dataset
+    from diskgnn.data.prepare import prepare
+
+    g = random_graph(n=199, e=900, d=9, classes=3, seed=4)
+    g["dst"][g["dst"] == 11] = 12
+    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 199, 2), "val": np.arange(1, 199, 4),
+                                                "test": np.arange(3, 199, 4)})
+    return open_dataset(prepare(src, tmp / "ds", progress=False))
+
+
 
 def write_hetero_npy(path, counts, dims, relations, target, labels, splits=None):
     """counts/dims per type; relations: {(src, name, dst): edges [E, 2]}."""

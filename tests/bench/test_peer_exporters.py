@@ -435,29 +435,38 @@ def test_ginex_caches_are_planned_from_its_memory_model():
         ginex.cache_plan(n, f, 1024, [10, 5], 1 << 30)
 
 
-def test_marius_at_target_runs_the_smallest_buffer_that_reaches_diskgnns_val(dataset, tmp_path, monkeypatch):
-    """bench.epoch's fair MariusGNN row, against a stand-in marius_train whose accuracy grows with its buffer
-    (40 % + 5 points a buffered partition): diskgnn's best val 62 % is first reached with 5 partitions."""
+def fake_marius(dataset, tmp_path, monkeypatch, epochs: int, script: str) -> tuple[dict, SimpleNamespace]:
+    """bench.epoch's MariusGNN row at 1 GiB for `epochs` epochs, DISKGNN_MARIUS a stand-in marius_train that runs
+    `script` (Python, after `import sys`); and the options it ran with."""
     import sys
 
-    from bench.epoch import installed_peer, marius_at_target
+    from bench.epoch import installed_peer
 
     if os.geteuid() != 0:
         pytest.skip("the runs go under a cgroup memory cap, which needs root")
     fake = tmp_path / "bin" / "marius_train"
     fake.parent.mkdir()
-    fake.write_text(f"#!{sys.executable}\nimport sys, yaml\n"
-                    "c = yaml.safe_load(open(sys.argv[1]))['storage']['features']['options']['buffer_capacity']\n"
-                    "print('[04/05/22 18:41:49.100] Start initialization')\n"
-                    "print('[04/05/22 18:41:49.199] Epoch Runtime: 63ms')\n"
-                    "print('[04/05/22 18:41:49.199] Evaluating validation set')\nprint(f'Accuracy: {40 + 5 * c}%')\n"
-                    "print('[04/05/22 18:41:49.213] Evaluating test set')\nprint(f'Accuracy: {41 + 5 * c}%')\n")
+    fake.write_text(f"#!{sys.executable}\nimport sys\n{script}")
     fake.chmod(0o755)
     monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
-    args = SimpleNamespace(fanouts="4,3", batch_size=16, epochs=1, hidden=8, batches=0, loop_timeout=60.0)
-    planned = installed_peer("marius", dataset, tmp_path, args, "1GiB", 60.0)
-    if "error" in planned and "cannot apply the memory cap" in str(planned.get("row", {}).get("why")):
-        pytest.skip(f"no memory cgroup here: {planned['row']['why']}")
+    args = SimpleNamespace(fanouts="4,3", batch_size=16, epochs=epochs, hidden=8, batches=0, loop_timeout=60.0)
+    row = installed_peer("marius", dataset, tmp_path, args, "1GiB", 60.0)
+    if "error" in row and "cannot apply the memory cap" in str(row.get("row", {}).get("why")):
+        pytest.skip(f"no memory cgroup here: {row['row']['why']}")
+    return row, args
+
+
+def test_marius_at_target_runs_the_smallest_buffer_that_reaches_diskgnns_val(dataset, tmp_path, monkeypatch):
+    """bench.epoch's fair MariusGNN row, against a stand-in marius_train whose accuracy grows with its buffer
+    (40 % + 5 points a buffered partition): diskgnn's best val 62 % is first reached with 5 partitions."""
+    from bench.epoch import marius_at_target
+
+    planned, args = fake_marius(dataset, tmp_path, monkeypatch, 1, (
+        "import yaml\nc = yaml.safe_load(open(sys.argv[1]))['storage']['features']['options']['buffer_capacity']\n"
+        "print('[04/05/22 18:41:49.100] Start initialization')\n"
+        "print('[04/05/22 18:41:49.199] Epoch Runtime: 63ms')\n"
+        "print('[04/05/22 18:41:49.199] Evaluating validation set')\nprint(f'Accuracy: {40 + 5 * c}%')\n"
+        "print('[04/05/22 18:41:49.213] Evaluating test set')\nprint(f'Accuracy: {41 + 5 * c}%')\n"))
     assert planned["buffer"] == [15, 16] and planned["val_acc_per_epoch"] == [pytest.approx(1.15)]
     row = marius_at_target(dataset, tmp_path, args, "1GiB", {"val_acc_per_epoch": [0.55, 0.62]}, planned)
     assert row["buffer"] == [5, 16] and row["target_val_acc"] == 0.62
@@ -471,27 +480,14 @@ def test_marius_at_target_runs_the_smallest_buffer_that_reaches_diskgnns_val(dat
 def test_a_peer_that_dies_after_an_epoch_keeps_it_and_says_how(dataset, tmp_path, monkeypatch):
     """A stand-in marius_train that trains and evaluates one epoch, then dies in its next evaluation: the row keeps
     the epoch (time, accuracy) and the report says how it ended, in a few words."""
-    import sys
-
-    from bench.epoch import installed_peer
     from bench.report.tables import peer_table
 
-    if os.geteuid() != 0:
-        pytest.skip("the runs go under a cgroup memory cap, which needs root")
-    fake = tmp_path / "bin" / "marius_train"
-    fake.parent.mkdir()
-    fake.write_text(f"#!{sys.executable}\nimport sys\n"
-                    "print('[04/05/22 18:41:49.199] Epoch Runtime: 63ms')\n"
-                    "print('[04/05/22 18:41:49.199] Evaluating validation set')\nprint('Accuracy: 40%')\n"
-                    "print('[04/05/22 18:41:49.213] Evaluating test set')\nprint('Accuracy: 41%')\n"
-                    "print('=================================')\n"
-                    "print('[04/05/22 18:41:50.001] Evaluating test set')\nsys.exit(3)\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("DISKGNN_MARIUS", str(fake))
-    args = SimpleNamespace(fanouts="4,3", batch_size=16, epochs=2, hidden=8, batches=0, loop_timeout=60.0)
-    row = installed_peer("marius", dataset, tmp_path, args, "1GiB", 60.0)
-    if "error" in row and "cannot apply the memory cap" in str(row.get("row", {}).get("why")):
-        pytest.skip(f"no memory cgroup here: {row['row']['why']}")
+    row, _ = fake_marius(dataset, tmp_path, monkeypatch, 2, (
+        "print('[04/05/22 18:41:49.199] Epoch Runtime: 63ms')\n"
+        "print('[04/05/22 18:41:49.199] Evaluating validation set')\nprint('Accuracy: 40%')\n"
+        "print('[04/05/22 18:41:49.213] Evaluating test set')\nprint('Accuracy: 41%')\n"
+        "print('=================================')\n"
+        "print('[04/05/22 18:41:50.001] Evaluating test set')\nsys.exit(3)\n"))
     assert row["epochs_done"] == 1 and row["val_acc_per_epoch"] == [pytest.approx(0.40)]
     assert row["died"] == "exit 3 (its last lines: Accuracy: 41%; Evaluating test set)"
     epoch = {"uncapped": {}, "caps": {"1GiB": {"runs": {"marius": row}}}, "batches": 0, "batches_per_epoch": 4}

@@ -4,15 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from diskgnn.data.format import open_dataset
-from diskgnn.data.prepare import prepare
 from diskgnn.loading.aggregate import CsrSum
 from diskgnn.loading.blocks import TensorBlock, full_block, sampled_blocks
 from diskgnn.nn.inference import full_neighbour_logits
 from diskgnn.nn.models import GNN
 from diskgnn.offline.sample import sample_epoch
 
-from conftest import random_graph, write_npy_dir
+from conftest import small_dataset_at
 
 
 def block_cases():
@@ -117,12 +115,7 @@ def test_native_neighbour_sum_rejects_bad_ids():
 
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("models")
-    g = random_graph(n=199, e=900, d=9, classes=3, seed=4)
-    g["dst"][g["dst"] == 11] = 12  # node 11 has no in-edges
-    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 199, 2), "val": np.arange(1, 199, 4),
-                                                "test": np.arange(3, 199, 4)})
-    return open_dataset(prepare(src, tmp / "ds", progress=False))
+    return small_dataset_at(tmp_path_factory.mktemp("models"))  # node 11 has no in-edges
 
 
 @pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])

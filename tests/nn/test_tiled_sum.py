@@ -77,16 +77,9 @@ def test_from_a_grid_point_the_bytes_are_a_whole_runs(graph):
 
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
-    from diskgnn.data.format import open_dataset
-    from diskgnn.data.prepare import prepare
+    from conftest import small_dataset_at
 
-    from conftest import random_graph, write_npy_dir
-
-    tmp = tmp_path_factory.mktemp("tiled")
-    g = random_graph(n=199, e=900, d=9, classes=3, seed=4)
-    src = write_npy_dir(tmp / "src", g, splits={"train": np.arange(0, 199, 2), "val": np.arange(1, 199, 4),
-                                                "test": np.arange(3, 199, 4)})
-    return open_dataset(prepare(src, tmp / "ds", progress=False))
+    return small_dataset_at(tmp_path_factory.mktemp("tiled"))
 
 
 @pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
