@@ -112,7 +112,8 @@ def pyg_row(ds, run: Path, predictions: np.ndarray, args) -> dict:
     wall = time.perf_counter() - t0
     ours = logits.argmax(1)
     return {"status": "ok", "wall_s": wall, "rows_per_s": ds.num_nodes / wall,
-            "agreement": float((ours == predictions).mean()), "test_acc": accuracy(ds, ours)}
+            "agreement": float((ours == predictions).mean()), "differing": int((ours != predictions).sum()),
+            "test_acc": accuracy(ds, ours)}
 
 
 def main(argv=None) -> dict:
@@ -154,7 +155,8 @@ def main(argv=None) -> dict:
     pyg = pyg_row(ds, run, predictions, args)
     if pyg["status"] == "ok":
         print(f"PyG in memory: {pyg['wall_s']:.1f} s ({pyg['rows_per_s']:,.0f} rows/s), agreement "
-              f"{pyg['agreement']:.4%}; ratio diskgnn/PyG {r.wall_s / pyg['wall_s']:.2f}")
+              f"{pyg['agreement']:.4%} ({pyg['differing']:,} predictions differ); ratio diskgnn/PyG "
+              f"{r.wall_s / pyg['wall_s']:.2f}")
     else:
         print(f"PyG: {pyg['status']} ({pyg.get('why', '')})")
     result = {"benchmark": "infer", "machine": info, "command": command,
