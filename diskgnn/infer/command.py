@@ -23,13 +23,14 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from ..arrays import read_rows
 from ..data.builtin import default_dataset
 from ..data.features import feature_source
 from ..data.files import file_checksum
 from ..data.format import open_dataset, read_manifest
 from ..data.hetero.format import is_hetero
 from ..errors import ArgumentParser, DiskgnnError, UsageError
-from ..nn.inference import LayerWise, read_rows
+from ..nn.inference import LayerWise
 from ..nn.models import layer_dims
 from ..train.checkpoints import Checkpoints
 from ..train.config import TrainConfig

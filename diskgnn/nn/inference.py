@@ -30,6 +30,7 @@ import torch
 import xxhash
 
 from .. import defaults
+from ..arrays import read_rows
 from ..data.features import FeatureSource, feature_source
 from ..data.files import write_atomic
 from ..data.format import Dataset
@@ -42,14 +43,6 @@ PAGE = 4096  # what a gathered row costs at least: the page its fault reads
 def _as_is(rows):
     """The decoder of float32 model values (layer outputs, parts): none."""
     return rows
-
-
-def read_rows(source: np.ndarray, ids: np.ndarray) -> torch.Tensor:
-    """source[ids] read in id order (a map forwards), as a tensor."""
-    order = np.argsort(ids)  # read the map forwards
-    rows = np.empty((ids.size,) + source.shape[1:], dtype=source.dtype)
-    rows[order] = source[ids[order]]
-    return torch.from_numpy(rows)
 
 
 def model_checksum(model) -> str:
@@ -153,14 +146,14 @@ class LayerWise:
         checksum and model match). A layer below k whose plan is "parts" reads its parts, which the layer
         below it wrote in place of its outputs."""
         every = np.arange(self.ds.num_nodes, dtype=np.int64)
-        wants = [self._plan(i, every, self.chunk_nodes) == "parts" for i in range(k)] + [parts]
+        plans = [self._plan(i, every, self.chunk_nodes) for i in range(k)] + ["parts" if parts else None]
         h, decode = self.source.rows, self.source.decode_torch
-        if wants[0]:
+        if plans[0] == "parts":
             h = self._kept("parts-0", lambda path: self._write(path, self._mapped(h, decode, self._parts(0))), say)
             decode = _as_is
         for i in range(k):
-            name, then = (f"parts-{i + 1}", self._parts(i + 1)) if wants[i + 1] else (f"layer-{i}", None)
-            chunks = self._chunks(i, h, decode, wants[i])
+            name, then = (f"parts-{i + 1}", self._parts(i + 1)) if plans[i + 1] == "parts" else (f"layer-{i}", None)
+            chunks = self._chunks(i, h, decode, plans[i])
             h = self._kept(name, lambda path: self._write(path, chunks if then is None else
                                                           ((lo, then(y)) for lo, y in chunks)), say)
             decode = _as_is
@@ -208,11 +201,11 @@ class LayerWise:
         for lo in range(0, self.ds.num_nodes, self.chunk_nodes):
             yield lo, fn(decode(torch.from_numpy(np.array(h[lo: lo + self.chunk_nodes]))).float())
 
-    def _chunks(self, i: int, h, decode, on_parts: bool):
-        """(first node, outputs) of layer i over every node, in order (`on_parts`: h is its parts)."""
-        every = np.arange(self.ds.num_nodes, dtype=np.int64)
-        if on_parts or self._plan(i, every, self.chunk_nodes) == "tiled":
-            yield from self._tiled_outputs(i, h, decode, every, self.chunk_nodes, on_parts)
+    def _chunks(self, i: int, h, decode, plan: str | None):
+        """(first node, outputs) of layer i over every node, in order, as `plan` says (parts: h is its parts)."""
+        if plan is not None:
+            every = np.arange(self.ds.num_nodes, dtype=np.int64)
+            yield from self._tiled_outputs(i, h, decode, every, self.chunk_nodes, plan == "parts")
             return
         for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
             block, src = full_block(self.ds.indptr, self.ds.indices, np.arange(lo, hi))

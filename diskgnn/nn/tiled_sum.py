@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..arrays import read_rows
 from ..loading.blocks import neighbour_lists
 
 PIECE_BYTES = (1 << 20, 64 << 20)  # a piece's decoded rows: at least (fewer passes of Python), at most
@@ -106,7 +107,7 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
         deg = torch.from_numpy(degrees[lo:hi].astype(np.float32)).unsqueeze(1)
         for s in range(lo, hi, grid):
             e = min(hi, s + grid)
-            own = _forward_rows(rows, targets[s:e])
+            own = read_rows(rows, targets[s:e])
             if own_cols is None:
                 block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo])
                 own = decode(own).float()
@@ -135,10 +136,3 @@ def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, 
             f = min(last, e + piece)
             sums.index_add_(0, dst[e:f], values[torch.from_numpy(src[e:f] - a)])
     return sums
-
-
-def _forward_rows(rows: np.ndarray, ids: np.ndarray) -> torch.Tensor:
-    """rows[ids] for sorted ids: a slice where they are consecutive."""
-    if ids.size and ids[-1] - ids[0] + 1 == ids.size:
-        return torch.from_numpy(np.array(rows[ids[0]: ids[-1] + 1]))
-    return torch.from_numpy(np.asarray(rows[ids]))
