@@ -30,7 +30,7 @@ from ..data.files import file_checksum
 from ..data.format import open_dataset, read_manifest
 from ..data.hetero.format import is_hetero
 from ..errors import ArgumentParser, DiskgnnError, UsageError
-from ..nn.inference import LayerWise
+from ..nn.inference import LayerWise, ids_checksum
 from ..nn.models import layer_dims
 from ..train.checkpoints import Checkpoints
 from ..train.config import TrainConfig
@@ -170,7 +170,7 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     cols = dims[k]
     shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
     identity = {"checkpoint": file_checksum(path), "output": output, "layer": k,
-                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{_ids_checksum(nodes)})"}
+                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{ids_checksum(nodes)})"}
     result = Output(out, shape, dtype, identity, args.batch_size)
     say = print if args.progress else None
     start = result.rows_done - result.rows_done % args.batch_size  # batches start where the first run's did
@@ -204,15 +204,9 @@ def write_table(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, args) -> d
     width = meta["row_bytes"] // 4
     values = np.memmap(table, dtype=np.float32, mode="r", shape=(ds.num_nodes, width))
     identity = {"table": f"{meta_path} generation of {table.stat().st_mtime_ns}", "output": "table",
-                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{_ids_checksum(nodes)})"}
+                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{ids_checksum(nodes)})"}
     result = Output(out, (nodes.size, meta["dim"]), np.float32, identity, args.batch_size)
     for s in range(result.rows_done, nodes.size, args.batch_size):
         result.write(s, read_rows(values, nodes[s: s + args.batch_size])[:, : meta["dim"]].numpy())
     return result.commit({"workdir": str(workdir), "dataset": str(ds.path),
                           "dataset_checksum": ds.manifest.get("manifest_checksum"), "table": str(table)})
-
-
-def _ids_checksum(ids: np.ndarray) -> str:
-    import xxhash
-
-    return xxhash.xxh3_128(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()

@@ -17,7 +17,9 @@ is the HAG's) and sum through each chunk's HAG where it pays, on the CPU. Given 
 layer (SAGE, GCN) whose gathers would read more than passes over its input takes the tiled pass instead
 (nn/tiled_sum.py): its neighbour sums a block of destinations at a time, the input read forwards. A layer
 narrower than its input runs on its parts (its own rows' share and its messages, `parts-<i>.f32`), which the
-layer below writes in place of its outputs: the wide hidden layer between them is never stored.
+layer below writes in place of its outputs: the wide hidden layer between them is never stored. For a few
+targets (an evaluation's seeds, `--nodes test`) each layer below runs over only the nodes the targets' outputs
+reach down to (`receptive_fields`), its file holding their rows alone, while that is under half the graph.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from ..arrays import read_rows
 from ..data.features import FeatureSource, feature_source
 from ..data.files import write_atomic
 from ..data.format import Dataset
-from ..loading.blocks import full_block
-from .tiled_sum import is_mean_layer, mean_layer_outputs, passes, projects_first
+from ..loading.blocks import full_block, neighbour_lists
+from .tiled_sum import is_mean_layer, mean_layer_outputs, passes, positions, projects_first
 
 PAGE = 4096  # what a gathered row costs at least: the page its fault reads
 
@@ -69,6 +71,31 @@ def chunk_bounds(indptr: np.ndarray, chunk_nodes: int, chunk_edges: int | None =
     return bounds
 
 
+def receptive_fields(indptr: np.ndarray, indices: np.ndarray, targets: np.ndarray, k: int,
+                     most: int) -> list[np.ndarray | None]:
+    """sets[j] for j = 0 .. k, sorted: the nodes whose layer j - 1 outputs (j = 0: stored rows) the outputs of
+    layer k - 1 for `targets` depend on: sets[k] the targets, sets[j] sets[j + 1] and their in-neighbours. None
+    for a set of more than `most` nodes and every set below it: every node."""
+    sets = [None if targets.size > most else np.unique(targets)]
+    for _ in range(k):
+        above = sets[-1]
+        if above is None or above.size > most:
+            sets.append(None)
+            continue
+        reached = np.zeros(len(indptr) - 1, dtype=bool)
+        reached[above] = True
+        for a in range(0, above.size, 1 << 18):  # a slice's in-edges at a time
+            reached[neighbour_lists(indptr, indices, above[a: a + (1 << 18)])[1]] = True
+        below = np.flatnonzero(reached)
+        sets.append(None if below.size > most else below)
+    return sets[::-1]
+
+
+def ids_checksum(ids: np.ndarray) -> str:
+    """xxh3-128 of node ids as little-endian int64: which nodes a file or an output is of."""
+    return xxhash.xxh3_128(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
+
+
 def rows_checksum(rows, chunk_rows: int = 1 << 16) -> str:
     """xxh3-128 of an array's rows in order (little-endian C order), read a chunk of rows at a time: a .npy map's
     or a zarr array's alike."""
@@ -97,27 +124,33 @@ class LayerWise:
                          "dataset": ds.manifest.get("manifest_checksum"), "hag": hag is not None}
         self.kept: list[Path] = []
 
-    def _layer(self, i: int, block, h, decode, src) -> torch.Tensor:
-        return self.model.layer(i, block.to(self.device), decode(read_rows(h, src).to(self.device))).float().cpu()
+    def _layer(self, i: int, block, h, decode, src, index) -> torch.Tensor:
+        rows = read_rows(h, positions(index, src))
+        return self.model.layer(i, block.to(self.device), decode(rows.to(self.device))).float().cpu()
 
     def _width(self, i: int) -> int:
         """Columns of layer i's input, decoded."""
         return self.source.dim if i == 0 else self.model.layers[i - 1].d_out
 
-    def _plan(self, i: int, targets: np.ndarray, grid: int) -> str | None:
-        """How layer i runs over sorted unique `targets`: "parts" (tiled over its parts), "tiled" (over its input)
-        or None (gathering each chunk's neighbour rows): tiled where it is a mean layer, there is a memory to tile
-        in and no HAG, and its passes read fewer bytes than the targets' in-edges gathered a page each."""
+    def _plan(self, i: int, targets: np.ndarray | None, grid: int, index: np.ndarray | None = None) -> str | None:
+        """How layer i runs over sorted unique `targets` (None: every node) reading its input's rows of the nodes
+        `index` (None: every node's): "parts" (tiled over its parts), "tiled" (over its input) or None (gathering
+        each chunk's neighbour rows): tiled where it is a mean layer, there is a memory to tile in and no HAG,
+        and its passes read fewer bytes than the targets' in-edges gathered a page each."""
         layer, n = self.model.layers[i], self.ds.num_nodes
+        targets = np.arange(n) if targets is None else targets
         if self.memory is None or self.hag is not None or not is_mean_layer(layer) or targets.size == 0:
             return None
         indptr, width = self.ds.indptr, self._width(i)
         degrees = np.asarray(indptr[targets + 1]) - np.asarray(indptr[targets])
         row_bytes = self.source.row_bytes if i == 0 else 4 * width
+        rows_in = n if index is None else index.size
         gathered = int(degrees.sum()) * max(row_bytes, PAGE)
-        read = {"tiled": passes(degrees, grid, self.memory, width, layer.d_out) * n * row_bytes}
+        # the stored features are read over their id range, a layer's file over the rows it holds
+        read = {"tiled": passes(degrees, grid, self.memory, width, layer.d_out) * (n if i == 0 else rows_in)
+                * row_bytes}
         if projects_first(layer, width):  # the parts made in one pass over the input (for layer 0, the features)
-            read["parts"] = (n * row_bytes if i == 0 else 0) + n * 4 * self._parts_width(i) * passes(
+            read["parts"] = (rows_in * row_bytes if i == 0 else 0) + rows_in * 4 * self._parts_width(i) * passes(
                 degrees, grid, self.memory, layer.d_out, layer.d_out)
         plan = min(read, key=read.get)
         return plan if read[plan] < gathered else None
@@ -132,39 +165,42 @@ class LayerWise:
         layer = self.model.layers[i]
         return lambda x: torch.cat(layer.parts(x.to(self.device)), 1).float().cpu()
 
-    def _tiled_outputs(self, i: int, h, decode, targets: np.ndarray, grid: int, on_parts: bool):
+    def _tiled_outputs(self, i: int, h, decode, targets: np.ndarray, grid: int, on_parts: bool, index):
         own_cols = None
         if on_parts:
             own_cols = h.shape[1] - self.model.layers[i].d_out
         return mean_layer_outputs(lambda block, x: self.model.layer(i, block, x), self.ds.indptr, self.ds.indices,
                                   h, decode, targets, grid, self.memory, self.model.layers[i].d_out, self.device,
-                                  own_cols)
+                                  own_cols, index)
 
-    def inputs(self, k: int, say=None, parts: bool = False):
-        """(rows, decode) that layer k reads: the stored features for k = 0, else layer k - 1's outputs for every
-        node, or (`parts`) layer k's parts of them; layers 0 .. k - 1 computed (or taken up from a kept file whose
-        checksum and model match). A layer below k whose plan is "parts" reads its parts, which the layer
-        below it wrote in place of its outputs."""
-        every = np.arange(self.ds.num_nodes, dtype=np.int64)
-        plans = [self._plan(i, every, self.chunk_nodes) for i in range(k)] + ["parts" if parts else None]
-        h, decode = self.source.rows, self.source.decode_torch
+    def inputs(self, k: int, say=None, parts: bool = False, sets: list | None = None):
+        """(rows, decode, index) that layer k reads: the stored features for k = 0, else layer k - 1's outputs,
+        or (`parts`) layer k's parts of them, for the nodes `index` (sorted; None: every node), their rows in
+        that order; layers 0 .. k - 1 computed (or taken up from a kept file whose checksum, model and nodes
+        match). `sets`: receptive_fields' first k + 1 (default: every node). A layer below k whose plan is
+        "parts" reads its parts, which the layer below it wrote in place of its outputs."""
+        sets = sets or [None] * (k + 1)
+        plans = [self._plan(i, sets[i + 1], self.chunk_nodes, sets[i]) for i in range(k)] + ["parts" if parts else None]
+        h, decode, index = self.source.rows, self.source.decode_torch, None
         if plans[0] == "parts":
-            h = self._kept("parts-0", lambda path: self._write(path, self._mapped(h, decode, self._parts(0))), say)
-            decode = _as_is
+            mapped = self._mapped(h, decode, self._parts(0), sets[0])
+            h = self._kept("parts-0", sets[0], lambda path: self._write(path, mapped, self._rows(sets[0])), say)
+            decode, index = _as_is, sets[0]
         for i in range(k):
             name, then = (f"parts-{i + 1}", self._parts(i + 1)) if plans[i + 1] == "parts" else (f"layer-{i}", None)
-            chunks = self._chunks(i, h, decode, plans[i])
-            h = self._kept(name, lambda path: self._write(path, chunks if then is None else
-                                                          ((lo, then(y)) for lo, y in chunks)), say)
-            decode = _as_is
-        return h, decode
+            chunks = self._chunks(i, h, decode, plans[i], index, sets[i + 1])
+            if then is not None:
+                chunks = ((lo, then(y)) for lo, y in chunks)
+            h = self._kept(name, sets[i + 1], lambda path: self._write(path, chunks, self._rows(sets[i + 1])), say)
+            decode, index = _as_is, sets[i + 1]
+        return h, decode, index
 
-    def _kept(self, name: str, make, say=None) -> np.ndarray:
-        """The rows of `name`.f32 in the workdir: taken up where a kept file's checksum and identity match, else
-        made (`make(path)` -> its rows' checksum) and kept."""
+    def _kept(self, name: str, nodes: np.ndarray | None, make, say=None) -> np.ndarray:
+        """The rows of `name`.f32 in the workdir, of `nodes` (None: every node): taken up where a kept file's
+        checksum and identity match, else made (`make(path)` -> its rows' checksum) and kept."""
         path = self.dir / f"{name}.f32"
         meta_path = path.with_suffix(".json")
-        expect = {**self.identity, "file": name}
+        expect = {**self.identity, "file": name, "nodes": "all" if nodes is None else ids_checksum(nodes)}
         if meta_path.exists() and path.exists():
             meta = json.loads(meta_path.read_text())
             same = {key: meta.get(key) for key in expect} == expect
@@ -178,17 +214,17 @@ class LayerWise:
         write_atomic(meta_path, (json.dumps({**expect, "checksum": checksum}) + "\n").encode())
         self.kept.append(path)
         if say is not None:
-            say(f"infer: {name} done over {self.ds.num_nodes:,} nodes")
+            say(f"infer: {name} done over {self.ds.num_nodes if nodes is None else nodes.size:,} nodes")
         return np.load(path, mmap_mode="r")
 
-    def _write(self, path: Path, chunks) -> str:
-        """(first node, rows) chunks covering every node, in order, into `path`; their checksum (hashed as they
-        are written, in row order: what rows_checksum reads back)."""
+    def _write(self, path: Path, chunks, rows: int) -> str:
+        """(first row, rows) chunks covering `rows` rows, in order, into `path`; their checksum (hashed as they are
+        written, in row order: what rows_checksum reads back)."""
         tmp = path.with_name(path.name + ".partial")
         out, hashed = None, xxhash.xxh3_128()
         for lo, y in chunks:
             if out is None:
-                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(self.ds.num_nodes, y.shape[1]))
+                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, y.shape[1]))
             out[lo: lo + len(y)] = y = y.numpy()
             hashed.update(np.ascontiguousarray(y, dtype="<f4").tobytes())
         out.flush()
@@ -196,36 +232,35 @@ class LayerWise:
         tmp.replace(path)
         return hashed.hexdigest()
 
-    def _mapped(self, h, decode, fn):
-        """(first node, fn(rows)) over every stored row, read forwards a chunk at a time."""
-        for lo in range(0, self.ds.num_nodes, self.chunk_nodes):
-            yield lo, fn(decode(torch.from_numpy(np.array(h[lo: lo + self.chunk_nodes]))).float())
+    def _rows(self, nodes: np.ndarray | None) -> int:
+        return self.ds.num_nodes if nodes is None else nodes.size
 
-    def _chunks(self, i: int, h, decode, plan: str | None):
-        """(first node, outputs) of layer i over every node, in order, as `plan` says (parts: h is its parts)."""
-        if plan is not None:
-            every = np.arange(self.ds.num_nodes, dtype=np.int64)
-            yield from self._tiled_outputs(i, h, decode, every, self.chunk_nodes, plan == "parts")
-            return
-        for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
-            block, src = full_block(self.ds.indptr, self.ds.indices, np.arange(lo, hi))
-            if self.hag is not None:
-                block.hag = self.hag[c]
-            yield lo, self._layer(i, block, h, decode, src)
+    def _mapped(self, h, decode, fn, nodes: np.ndarray | None):
+        """(first row, fn(rows)) over the stored rows of `nodes` (None: every node), read forwards a chunk at a
+        time."""
+        for lo in range(0, self._rows(nodes), self.chunk_nodes):
+            rows = np.array(h[lo: lo + self.chunk_nodes]) if nodes is None else read_rows(
+                h, nodes[lo: lo + self.chunk_nodes]).numpy()
+            yield lo, fn(decode(torch.from_numpy(rows)).float())
 
-    def outputs(self, nodes: np.ndarray, k: int, batch_size: int, start: int = 0, say=None):
-        """(first row, layer k - 1's outputs) for nodes[start:] (the model's own outputs for k = its layers),
-        `batch_size` nodes at a time (duplicates allowed) and split further where their in-edges exceed the
-        chunk's, as float32 CPU tensors. Row i's value depends on the batches only through where they start:
-        from the same `start` (a multiple of `batch_size`), a rerun computes the same bytes."""
-        nodes = np.asarray(nodes, dtype=np.int64)
-        rest = nodes[start:]
-        plan = self._plan(k - 1, rest, batch_size) if np.all(rest[1:] > rest[:-1]) else None
-        h, decode = self.inputs(k - 1, say, parts=plan == "parts")
+    def _chunks(self, i: int, h, decode, plan: str | None, index, targets: np.ndarray | None):
+        """(first row, outputs) of layer i over sorted unique `targets` (None: every node), in order, as `plan`
+        says (parts: h is its parts), reading h's rows of the nodes `index`."""
         if plan is not None:
-            for s, rows in self._tiled_outputs(k - 1, h, decode, rest, batch_size, plan == "parts"):
-                yield start + s, rows
-            return
+            targets = np.arange(self.ds.num_nodes, dtype=np.int64) if targets is None else targets
+            yield from self._tiled_outputs(i, h, decode, targets, self.chunk_nodes, plan == "parts", index)
+        elif targets is not None:
+            yield from self._gathered(i, h, decode, index, targets, self.chunk_nodes)
+        else:
+            for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+                block, src = full_block(self.ds.indptr, self.ds.indices, np.arange(lo, hi))
+                if self.hag is not None:
+                    block.hag = self.hag[c]
+                yield lo, self._layer(i, block, h, decode, src, index)
+
+    def _gathered(self, i: int, h, decode, index, nodes: np.ndarray, batch_size: int, start: int = 0):
+        """(first row, outputs) of layer i for nodes[start:] (duplicates allowed), `batch_size` at a time and
+        split further where their in-edges exceed a chunk's, each chunk's neighbour rows gathered."""
         indptr = self.ds.indptr
         for s in range(start, nodes.size, batch_size):
             batch = nodes[s: s + batch_size]
@@ -234,7 +269,25 @@ class LayerWise:
             for a, b in zip(cuts[:-1], cuts[1:]):
                 unique, back = np.unique(batch[a:b], return_inverse=True)
                 block, src = full_block(indptr, self.ds.indices, unique)
-                yield s + a, self._layer(k - 1, block, h, decode, src)[torch.from_numpy(back.reshape(-1))]
+                yield s + a, self._layer(i, block, h, decode, src, index)[torch.from_numpy(back.reshape(-1))]
+
+    def outputs(self, nodes: np.ndarray, k: int, batch_size: int, start: int = 0, say=None):
+        """(first row, layer k - 1's outputs) for nodes[start:] (the model's own outputs for k = its layers),
+        `batch_size` nodes at a time (duplicates allowed) and split further where their in-edges exceed the
+        chunk's, as float32 CPU tensors. Row i's value depends on the batches only through where they start:
+        from the same `start` (a multiple of `batch_size`), a rerun computes the same bytes."""
+        nodes = np.asarray(nodes, dtype=np.int64)
+        rest = nodes[start:]
+        sets = [None] * (k + 1)
+        if self.hag is None:  # a HAG's chunks are of every node; the sets of all `nodes`, so that a rerun's match
+            sets = receptive_fields(self.ds.indptr, self.ds.indices, nodes, k, self.ds.num_nodes // 2)
+        plan = self._plan(k - 1, rest, batch_size, sets[k - 1]) if np.all(rest[1:] > rest[:-1]) else None
+        h, decode, index = self.inputs(k - 1, say, parts=plan == "parts", sets=sets[:k])
+        if plan is not None:
+            for s, rows in self._tiled_outputs(k - 1, h, decode, rest, batch_size, plan == "parts", index):
+                yield start + s, rows
+            return
+        yield from self._gathered(k - 1, h, decode, index, nodes, batch_size, start)
 
     def remove(self) -> None:
         """Deletes the layers' files."""
@@ -254,8 +307,9 @@ def full_neighbour_logits(model, ds: Dataset, nodes: np.ndarray, workdir, *,
     what a tiled pass may hold (None: none)."""
     lw = LayerWise(model, ds, workdir, device=device, features=features, hag=hag,
                    chunk_nodes=max(batch_size, defaults.INFERENCE_CHUNK), memory=memory)
+    unique, back = np.unique(np.asarray(nodes, dtype=np.int64), return_inverse=True)  # sorted: a tiled pass's
     try:
-        parts = [rows for _, rows in lw.outputs(nodes, len(model.layers), batch_size)]
-        return torch.cat(parts) if parts else torch.empty(0)
+        parts = [rows for _, rows in lw.outputs(unique, len(model.layers), batch_size)]
+        return torch.cat(parts)[torch.from_numpy(back.reshape(-1))] if parts else torch.empty(0)
     finally:
         lw.remove()

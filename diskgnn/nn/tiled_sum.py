@@ -89,12 +89,18 @@ def projects_first(layer, width: int) -> bool:
     return hasattr(layer, "parts") and layer.d_out < width
 
 
+def positions(index: np.ndarray | None, ids: np.ndarray) -> np.ndarray:
+    """Where nodes `ids` lie in rows kept for the sorted nodes `index` only (None: every node, row i node i)."""
+    return ids if index is None else np.searchsorted(index, ids)
+
+
 def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.ndarray, decode, targets: np.ndarray,
-                       grid: int, memory: int, out_width: int, device: str = "cpu", own_cols: int | None = None):
+                       grid: int, memory: int, out_width: int, device: str = "cpu", own_cols: int | None = None,
+                       index: np.ndarray | None = None):
     """Yields (position in targets, float32 CPU outputs) of `run(block, h)` (a mean layer's forward and what
     follows it) for sorted unique `targets`, `grid` of them at a time. `rows`: the layer's input (stored rows,
     `decode` making them float32), or with `own_cols` its parts (float32: `own_cols` columns of the own rows'
-    part, then the messages)."""
+    part, then the messages); `index`: the nodes whose rows they are (sorted; None: every node)."""
     targets = np.asarray(targets, dtype=np.int64)
     if own_cols is not None:
         decode = lambda x: x[:, own_cols:]  # noqa: E731 - the messages are what is summed
@@ -103,11 +109,11 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
     degrees = np.asarray(indptr[targets + 1] - indptr[targets], dtype=np.int64)
     bounds = blocks(degrees, grid, memory, width, out_width)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece)
+        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece, index)
         deg = torch.from_numpy(degrees[lo:hi].astype(np.float32)).unsqueeze(1)
         for s in range(lo, hi, grid):
             e = min(hi, s + grid)
-            own = read_rows(rows, targets[s:e])
+            own = read_rows(rows, positions(index, targets[s:e]))
             if own_cols is None:
                 block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo])
                 own = decode(own).float()
@@ -117,9 +123,10 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
             yield s, run(block.to(device), own.to(device)).float().cpu()
 
 
-def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int) -> torch.Tensor:
+def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int, index) -> torch.Tensor:
     """float32 sums of `rows` (decoded) over each target's in-neighbours, the input read forwards a piece at a time."""
     local_ptr, src = neighbour_lists(indptr, indices, targets)
+    src = positions(index, src)
     dst = np.repeat(np.arange(targets.size, dtype=np.int32), np.diff(local_ptr))
     order = np.argsort(src, kind="stable")
     src, dst = src[order], torch.from_numpy(dst[order])

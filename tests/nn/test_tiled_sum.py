@@ -1,13 +1,14 @@
 """The tiled pass of a mean layer (nn/tiled_sum.py) against the layer on an in-memory full-neighbour block (the
 oracle): rows of 4097 bytes, duplicate edges, a node without in-edges, 1, 199 and no targets, blocks of one grid
-step and pieces of a few rows; its bytes from a grid point equal a whole run's; LayerWise takes it where it should."""
+step and pieces of a few rows; its bytes from a grid point equal a whole run's; LayerWise takes it where it should,
+and for a few targets computes the layers below over their receptive fields only."""
 
 import numpy as np
 import pytest
 import torch
 
 from diskgnn.loading.blocks import full_block
-from diskgnn.nn.inference import LayerWise, full_neighbour_logits
+from diskgnn.nn.inference import LayerWise, full_neighbour_logits, receptive_fields
 from diskgnn.nn.models import GNN, GCNLayer, SAGELayer
 from diskgnn.nn.tiled_sum import blocks, mean_layer_outputs, piece_rows, projects_first
 
@@ -111,9 +112,48 @@ def test_a_narrower_layer_reads_the_parts_the_layer_below_wrote(small_dataset, t
     assert [lw._plan(i, every, 50) for i in range(3)] == ["tiled", "parts", "parts"]
     with torch.no_grad():
         got = torch.cat([rows for _, rows in lw.outputs(every, 3, 50)])
-        block, _ = full_block(ds.indptr, ds.indices, every)
-        want = torch.from_numpy(np.array(ds.features, dtype=np.float32))
-        for i in range(3):
-            want = model.layer(i, block, want)
     assert sorted(p.name for p in (tmp_path / "lw").glob("*.f32")) == ["parts-1.f32", "parts-2.f32"]
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got, in_memory(model, ds), rtol=1e-4, atol=1e-5)
+
+
+def in_memory(model, ds) -> torch.Tensor:
+    """The oracle: every layer over the whole graph as one block, the features in memory."""
+    block, _ = full_block(ds.indptr, ds.indices, np.arange(ds.num_nodes))
+    h = torch.from_numpy(np.array(ds.features, dtype=np.float32))
+    with torch.no_grad():
+        for i in range(len(model.layers)):
+            h = model.layer(i, block, h)
+    return h
+
+
+def test_receptive_fields_are_the_targets_and_their_in_neighbours(small_dataset):
+    indptr, indices = np.asarray(small_dataset.indptr), np.asarray(small_dataset.indices)
+    sets = receptive_fields(indptr, indices, np.array([7, 7, 3]), 3, 10**9)
+    want = {3, 7}
+    for j in (3, 2, 1, 0):
+        assert sets[j].tolist() == sorted(want)
+        want |= {int(s) for d in want for s in indices[indptr[d]: indptr[d + 1]]}
+    assert sets[2].size < sets[1].size
+    capped = receptive_fields(indptr, indices, np.array([3, 7]), 3, sets[2].size)  # sets[1] is over `most`
+    assert capped[2].tolist() == sets[2].tolist() and capped[1] is None and capped[0] is None
+    assert receptive_fields(indptr, indices, np.arange(199), 2, 99) == [None] * 3
+    assert [s.size for s in receptive_fields(indptr, indices, np.array([], dtype=np.int64), 2, 99)] == [0, 0, 0]
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+@pytest.mark.parametrize("memory", [None, 4096], ids=["gathered", "tiled"])
+@pytest.mark.parametrize("nodes", [[5], [11], [7, 7, 3], [198, 0, 150, 3]],
+                         ids=["one", "no-in-edges", "duplicates", "unsorted"])
+def test_a_few_targets_compute_the_layers_below_over_their_receptive_fields(small_dataset, tmp_path, kind, memory,
+                                                                            nodes):
+    ds = small_dataset
+    torch.manual_seed(2)
+    model = GNN(kind, ds.feature_dim, 16, ds.num_classes, 2, 0.5).eval()
+    nodes = np.array(nodes)
+    lw = LayerWise(model, ds, tmp_path / "lw", memory=memory)
+    with torch.no_grad():
+        got = torch.cat([rows for _, rows in lw.outputs(nodes, 2, 2)])
+    field = receptive_fields(ds.indptr, ds.indices, nodes, 2, ds.num_nodes // 2)[1]
+    assert 0 < field.size < ds.num_nodes // 2
+    assert [np.load(path, mmap_mode="r").shape[0] for path in lw.kept] == [field.size]  # its rows alone
+    torch.testing.assert_close(got, in_memory(model, ds)[nodes], rtol=1e-4, atol=1e-5)
