@@ -41,6 +41,7 @@ from ..units import parse_size
 from .output import Output, kind_of, side
 
 OUTPUTS = ("logits", "predictions", "embeddings", "table")
+PROCESS_BYTES = 512 << 20  # the infer process before its data: 245 MB RSS measured, torch's pools beside
 
 
 def parser() -> ArgumentParser:
@@ -120,6 +121,13 @@ def chunk_edges(budget: int, widest: int) -> int:
     return max(1, budget // 4 // (8 * widest + 16))
 
 
+def tiled_memory(budget: int, nodes: int) -> int:
+    """What a tiled pass may hold (nn/tiled_sum.py): the budget but the process's own (interpreter, torch, the
+    model: PROCESS_BYTES) and its arrays of a value a node (the selected ids, every id, in-degrees: 16 bytes), at
+    least half of it."""
+    return max(budget // 2, budget - PROCESS_BYTES - 16 * nodes)
+
+
 def main(argv=None) -> None:
     args = parser().parse_args(argv)
     workdir, out = Path(args.workdir), Path(args.out)
@@ -166,7 +174,8 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     source = feature_source(ds, cfg.features)
     dims = layer_dims(ds.feature_dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
     lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
-                   chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)), memory=budget // 2)
+                   chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)),
+                   memory=tiled_memory(budget, ds.num_nodes))
     cols = dims[k]
     shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
     identity = {"checkpoint": file_checksum(path), "output": output, "layer": k,

@@ -37,7 +37,7 @@ from ..data.features import FeatureSource, feature_source
 from ..data.files import write_atomic
 from ..data.format import Dataset
 from ..loading.blocks import full_block, neighbour_lists
-from .tiled_sum import is_mean_layer, mean_layer_outputs, passes, positions, projects_first
+from .tiled_sum import every_node, in_degrees, is_mean_layer, mean_layer_outputs, passes, positions, projects_first
 
 PAGE = 4096  # what a gathered row costs at least: the page its fault reads
 
@@ -138,11 +138,11 @@ class LayerWise:
         each chunk's neighbour rows): tiled where it is a mean layer, there is a memory to tile in and no HAG,
         and its passes read fewer bytes than the targets' in-edges gathered a page each."""
         layer, n = self.model.layers[i], self.ds.num_nodes
-        targets = np.arange(n) if targets is None else targets
+        targets = every_node(n) if targets is None else targets
         if self.memory is None or self.hag is not None or not is_mean_layer(layer) or targets.size == 0:
             return None
         indptr, width = self.ds.indptr, self._width(i)
-        degrees = np.asarray(indptr[targets + 1]) - np.asarray(indptr[targets])
+        degrees = in_degrees(indptr, targets)
         row_bytes = self.source.row_bytes if i == 0 else 4 * width
         rows_in = n if index is None else index.size
         gathered = int(degrees.sum()) * max(row_bytes, PAGE)
@@ -247,7 +247,7 @@ class LayerWise:
         """(first row, outputs) of layer i over sorted unique `targets` (None: every node), in order, as `plan`
         says (parts: h is its parts), reading h's rows of the nodes `index`."""
         if plan is not None:
-            targets = np.arange(self.ds.num_nodes, dtype=np.int64) if targets is None else targets
+            targets = every_node(self.ds.num_nodes) if targets is None else targets
             yield from self._tiled_outputs(i, h, decode, targets, self.chunk_nodes, plan == "parts", index)
         elif targets is not None:
             yield from self._gathered(i, h, decode, index, targets, self.chunk_nodes)

@@ -27,7 +27,8 @@ from ..arrays import read_rows
 from ..loading.blocks import neighbour_lists
 
 PIECE_BYTES = (1 << 20, 64 << 20)  # a piece's decoded rows: at least (fewer passes of Python), at most
-EDGE_BYTES = 32  # an edge's share of a block: its source (int64) and destination (int32) ids, sorted, and the sort
+EDGE_BYTES = 8  # an edge's share of a block: its source's row and its destination's place, one int64
+EDGE_STEP = 1 << 16  # destinations whose in-edges are listed at a time (their lists' temporaries)
 
 
 class SummedBlock:
@@ -51,6 +52,20 @@ class SummedBlock:
             own = self.own if self.projected else h[: self.num_dst]
             return ((self.sums + own.float()) * (1 / (self.deg + 1))).to(h.dtype)
         return (self.sums * (1 / self.deg.clamp(min=1))).to(h.dtype)
+
+
+def every_node(n: int) -> np.ndarray:
+    """The ids of a graph's every node, int32 where they fit (on 55 M nodes an int64 copy is 440 MB)."""
+    return np.arange(n, dtype=np.int32 if n < 2**31 else np.int64)
+
+
+def in_degrees(indptr: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """The in-degrees of `targets` as int32, a slice at a time (no graph-sized int64 temporaries)."""
+    out = np.empty(targets.size, dtype=np.int32)
+    for a in range(0, targets.size, 1 << 22):
+        t = np.asarray(targets[a: a + (1 << 22)], dtype=np.int64)
+        out[a: a + t.size] = np.asarray(indptr[t + 1]) - np.asarray(indptr[t])
+    return out
 
 
 def is_mean_layer(layer) -> bool:
@@ -101,12 +116,11 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
     follows it) for sorted unique `targets`, `grid` of them at a time. `rows`: the layer's input (stored rows,
     `decode` making them float32), or with `own_cols` its parts (float32: `own_cols` columns of the own rows'
     part, then the messages); `index`: the nodes whose rows they are (sorted; None: every node)."""
-    targets = np.asarray(targets, dtype=np.int64)
     if own_cols is not None:
         decode = lambda x: x[:, own_cols:]  # noqa: E731 - the messages are what is summed
     width = int(decode(torch.from_numpy(np.array(rows[:1]))).shape[1])
     piece = piece_rows(memory, width)
-    degrees = np.asarray(indptr[targets + 1] - indptr[targets], dtype=np.int64)
+    degrees = in_degrees(indptr, targets)
     bounds = blocks(degrees, grid, memory, width, out_width)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
         sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece, index)
@@ -125,21 +139,26 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
 
 def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int, index) -> torch.Tensor:
     """float32 sums of `rows` (decoded) over each target's in-neighbours, the input read forwards a piece at a time."""
-    local_ptr, src = neighbour_lists(indptr, indices, targets)
-    src = positions(index, src)
-    dst = np.repeat(np.arange(targets.size, dtype=np.int32), np.diff(local_ptr))
-    order = np.argsort(src, kind="stable")
-    src, dst = src[order], torch.from_numpy(dst[order])
-    del order
+    counts = in_degrees(indptr, targets)
+    # an edge is (its source's row << 32 | its destination's place): sorted in place, 8 bytes each, they come in
+    # source order, a source's in destination order
+    edges = np.empty(int(counts.sum()), dtype=np.int64)
+    at = 0
+    for a in range(0, targets.size, EDGE_STEP):
+        local_ptr, src = neighbour_lists(indptr, indices, targets[a: a + EDGE_STEP])
+        places = np.repeat(np.arange(a, a + local_ptr.size - 1, dtype=np.int64), np.diff(local_ptr))
+        edges[at: at + src.size] = (positions(index, src) << 32) | places
+        at += src.size
+    edges.sort()
     sums = torch.zeros((targets.size, width), dtype=torch.float32)
-    if src.size == 0:
+    if edges.size == 0:
         return sums
-    for a in range(int(src[0]) // piece * piece, int(src[-1]) + 1, piece):
-        first, last = np.searchsorted(src, [a, a + piece])
+    for a in range(int(edges[0] >> 32) // piece * piece, int(edges[-1] >> 32) + 1, piece):
+        first, last = np.searchsorted(edges, [a << 32, (a + piece) << 32])
         if first == last:
             continue
         values = decode(torch.from_numpy(np.array(rows[a: a + piece]))).float()
         for e in range(first, last, piece):  # the gathered rows at most a piece's
-            f = min(last, e + piece)
-            sums.index_add_(0, dst[e:f], values[torch.from_numpy(src[e:f] - a)])
+            part = edges[e: min(last, e + piece)]
+            sums.index_add_(0, torch.from_numpy(part & 0xFFFFFFFF), values[torch.from_numpy((part >> 32) - a)])
     return sums
