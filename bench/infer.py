@@ -142,7 +142,7 @@ def main(argv=None) -> dict:
         r = run_capped(argv, parse_size(args.cap), cwd=REPO)
     if r.returncode != 0:
         raise SystemExit(f"bench.infer: diskgnn.infer failed: {(r.stderr or '').strip().splitlines()[-1:]}")
-    from diskgnn.infer.output import read_output
+    from diskgnn.data.resumable import read_output
 
     predictions = read_output(out)
     row = {"argv": argv, "wall_s": r.wall_s, "rows_per_s": ds.num_nodes / r.wall_s, "disk_read_bytes": disk.read,

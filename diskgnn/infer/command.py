@@ -29,8 +29,9 @@ from ..data.features import feature_source
 from ..data.files import file_checksum
 from ..data.format import open_dataset, read_manifest
 from ..data.hetero.format import is_hetero
+from ..data.resumable import Output, ids_checksum, kind_of, side
 from ..errors import ArgumentParser, DiskgnnError, UsageError
-from ..nn.inference import LayerWise, ids_checksum
+from ..nn.inference import LayerWise
 from ..nn.models import layer_dims
 from ..train.checkpoints import Checkpoints
 from ..train.config import TrainConfig
@@ -38,7 +39,6 @@ from ..train.options import load_yaml
 from ..train.plan import resolve_device
 from ..train.run import new_model
 from ..units import parse_size
-from .output import Output, kind_of, side
 
 OUTPUTS = ("logits", "predictions", "embeddings", "table")
 PROCESS_BYTES = 512 << 20  # the infer process before its data: 245 MB RSS measured, torch's pools beside

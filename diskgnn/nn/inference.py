@@ -9,14 +9,15 @@ is computed for the requested nodes only. A chunk holds at most `chunk_nodes`
 nodes and (where given) `chunk_edges` in-edges, so a budget bounds it on a
 power-law graph too (a node with more in-edges is a chunk alone). The first
 layer reads the stored rows of the run's FeatureSource (a quantized variant's
-codes, decoded on the device). A finished layer's file is kept with its
-checksum and the model's, so an interrupted run (diskgnn.infer) takes it up
-again rather than computing it twice. With a stored whole-graph HAG
+codes, decoded on the device). A layer's file is written as diskgnn.infer's
+output is (data/resumable.py): kept with its checksum and the model's, so an
+interrupted run takes a finished layer up again, and a layer cut midway goes
+on from its last recorded chunk. With a stored whole-graph HAG
 (loading/graph_hag.py) the layers over every node take its chunks (their size
 is the HAG's) and sum through each chunk's HAG where it pays, on the CPU. Given a `memory` to tile in, a mean
 layer (SAGE, GCN) whose gathers would read more than passes over its input takes the tiled pass instead
 (nn/tiled_sum.py): its neighbour sums a block of destinations at a time, the input read forwards. A layer
-narrower than its input runs on its parts (its own rows' share and its messages, `parts-<i>.f32`), which the
+narrower than its input runs on its parts (its own rows' share and its messages, `parts-<i>.npy`), which the
 layer below writes in place of its outputs: the wide hidden layer between them is never stored. For a few
 targets (an evaluation's seeds, `--nodes test`) each layer below runs over only the nodes the targets' outputs
 reach down to (`receptive_fields`), its file holding their rows alone, while that is under half the graph.
@@ -24,7 +25,7 @@ reach down to (`receptive_fields`), its file holding their rows alone, while tha
 
 from __future__ import annotations
 
-import json
+import bisect
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ import xxhash
 from .. import defaults
 from ..arrays import read_rows
 from ..data.features import FeatureSource, feature_source
-from ..data.files import write_atomic
+from ..data.resumable import Output, finished, ids_checksum, side
 from ..data.format import Dataset
 from ..loading.blocks import full_block, neighbour_lists
 from .tiled_sum import every_node, in_degrees, is_mean_layer, mean_layer_outputs, passes, positions, projects_first
@@ -89,20 +90,6 @@ def receptive_fields(indptr: np.ndarray, indices: np.ndarray, targets: np.ndarra
         below = np.flatnonzero(reached)
         sets.append(None if below.size > most else below)
     return sets[::-1]
-
-
-def ids_checksum(ids: np.ndarray) -> str:
-    """xxh3-128 of node ids as little-endian int64: which nodes a file or an output is of."""
-    return xxhash.xxh3_128(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
-
-
-def rows_checksum(rows, chunk_rows: int = 1 << 16) -> str:
-    """xxh3-128 of an array's rows in order (little-endian C order), read a chunk of rows at a time: a .npy map's
-    or a zarr array's alike."""
-    hashed, dtype = xxhash.xxh3_128(), np.dtype(rows.dtype).newbyteorder("<")
-    for s in range(0, rows.shape[0], chunk_rows):
-        hashed.update(np.ascontiguousarray(rows[s: s + chunk_rows], dtype=dtype).tobytes())
-    return hashed.hexdigest()
 
 
 class LayerWise:
@@ -183,76 +170,72 @@ class LayerWise:
         plans = [self._plan(i, sets[i + 1], self.chunk_nodes, sets[i]) for i in range(k)] + ["parts" if parts else None]
         h, decode, index = self.source.rows, self.source.decode_torch, None
         if plans[0] == "parts":
-            mapped = self._mapped(h, decode, self._parts(0), sets[0])
-            h = self._kept("parts-0", sets[0], lambda path: self._write(path, mapped, self._rows(sets[0])), say)
+            fn = self._parts(0)
+            h = self._kept("parts-0", sets[0], self._parts_width(0),
+                           lambda start: self._mapped(h, decode, fn, sets[0], start), say)
             decode, index = _as_is, sets[0]
         for i in range(k):
-            name, then = (f"parts-{i + 1}", self._parts(i + 1)) if plans[i + 1] == "parts" else (f"layer-{i}", None)
-            chunks = self._chunks(i, h, decode, plans[i], index, sets[i + 1])
-            if then is not None:
-                chunks = ((lo, then(y)) for lo, y in chunks)
-            h = self._kept(name, sets[i + 1], lambda path: self._write(path, chunks, self._rows(sets[i + 1])), say)
+            if plans[i + 1] == "parts":
+                name, cols, then = f"parts-{i + 1}", self._parts_width(i + 1), self._parts(i + 1)
+            else:
+                name, cols, then = f"layer-{i}", self._width(i + 1), None
+
+            def chunks(start, i=i, h=h, decode=decode, index=index, then=then):
+                made = self._chunks(i, h, decode, plans[i], index, sets[i + 1], start)
+                return made if then is None else ((lo, then(y)) for lo, y in made)
+            h = self._kept(name, sets[i + 1], cols, chunks, say)
             decode, index = _as_is, sets[i + 1]
         return h, decode, index
 
-    def _kept(self, name: str, nodes: np.ndarray | None, make, say=None) -> np.ndarray:
-        """The rows of `name`.f32 in the workdir, of `nodes` (None: every node): taken up where a kept file's
-        checksum and identity match, else made (`make(path)` -> its rows' checksum) and kept."""
-        path = self.dir / f"{name}.f32"
-        meta_path = path.with_suffix(".json")
-        expect = {**self.identity, "file": name, "nodes": "all" if nodes is None else ids_checksum(nodes)}
-        if meta_path.exists() and path.exists():
-            meta = json.loads(meta_path.read_text())
-            same = {key: meta.get(key) for key in expect} == expect
-            if same and rows_checksum(np.load(path, mmap_mode="r")) == meta["checksum"]:
-                if say is not None:
-                    say(f"infer: {name} taken up from {path} (checksum checked)")
-                self.kept.append(path)
-                return np.load(path, mmap_mode="r")
-        meta_path.unlink(missing_ok=True)
-        checksum = make(path)
-        write_atomic(meta_path, (json.dumps({**expect, "checksum": checksum}) + "\n").encode())
+    def _kept(self, name: str, nodes: np.ndarray | None, cols: int, chunks, say=None) -> np.ndarray:
+        """The float32 rows of `name`.npy in the workdir, `cols` columns for `nodes` (None: every node): taken up
+        where a finished file's identity (model, features, nodes) and checksum match, else written a chunk at a
+        time from `chunks(start)` ((first row, rows) from a chunk's start at or before `start`), going on from
+        the last recorded chunk of an interrupted one (data/resumable.py)."""
+        path, shape = self.dir / f"{name}.npy", (self._rows(nodes), cols)
+        identity = {**self.identity, "file": name, "nodes": "all" if nodes is None else ids_checksum(nodes)}
+        rows = finished(path, shape, np.float32, identity)
+        if rows is not None:
+            if say is not None:
+                say(f"infer: {name} taken up from {path} (checksum checked)")
+        else:
+            out = Output(path, shape, np.float32, identity, self.chunk_nodes)
+            if out.rows_done and say is not None:
+                say(f"infer: {name} goes on from row {out.rows_done:,} of {shape[0]:,}")
+            for lo, y in chunks(out.rows_done):
+                out.write(lo, y.numpy())
+            out.commit({})
+            rows = np.load(path, mmap_mode="r")
+            if say is not None:
+                say(f"infer: {name} done over {shape[0]:,} nodes")
         self.kept.append(path)
-        if say is not None:
-            say(f"infer: {name} done over {self.ds.num_nodes if nodes is None else nodes.size:,} nodes")
-        return np.load(path, mmap_mode="r")
-
-    def _write(self, path: Path, chunks, rows: int) -> str:
-        """(first row, rows) chunks covering `rows` rows, in order, into `path`; their checksum (hashed as they are
-        written, in row order: what rows_checksum reads back)."""
-        tmp = path.with_name(path.name + ".partial")
-        out, hashed = None, xxhash.xxh3_128()
-        for lo, y in chunks:
-            if out is None:
-                out = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(rows, y.shape[1]))
-            out[lo: lo + len(y)] = y = y.numpy()
-            hashed.update(np.ascontiguousarray(y, dtype="<f4").tobytes())
-        out.flush()
-        del out
-        tmp.replace(path)
-        return hashed.hexdigest()
+        return rows
 
     def _rows(self, nodes: np.ndarray | None) -> int:
         return self.ds.num_nodes if nodes is None else nodes.size
 
-    def _mapped(self, h, decode, fn, nodes: np.ndarray | None):
+    def _mapped(self, h, decode, fn, nodes: np.ndarray | None, start: int = 0):
         """(first row, fn(rows)) over the stored rows of `nodes` (None: every node), read forwards a chunk at a
-        time."""
-        for lo in range(0, self._rows(nodes), self.chunk_nodes):
+        time, from the chunk holding row `start`."""
+        for lo in range(start - start % self.chunk_nodes, self._rows(nodes), self.chunk_nodes):
             rows = np.array(h[lo: lo + self.chunk_nodes]) if nodes is None else read_rows(
                 h, nodes[lo: lo + self.chunk_nodes]).numpy()
             yield lo, fn(decode(torch.from_numpy(rows)).float())
 
-    def _chunks(self, i: int, h, decode, plan: str | None, index, targets: np.ndarray | None):
+    def _chunks(self, i: int, h, decode, plan: str | None, index, targets: np.ndarray | None, start: int = 0):
         """(first row, outputs) of layer i over sorted unique `targets` (None: every node), in order, as `plan`
-        says (parts: h is its parts), reading h's rows of the nodes `index`."""
+        says (parts: h is its parts), reading h's rows of the nodes `index`; from the chunk holding row `start`,
+        chunks cut as from row 0 (a rerun's bytes are the same)."""
         if plan is not None:
             targets = every_node(self.ds.num_nodes) if targets is None else targets
-            yield from self._tiled_outputs(i, h, decode, targets, self.chunk_nodes, plan == "parts", index)
+            first = start - start % self.chunk_nodes  # a grid point: nn/tiled_sum.py
+            for s, y in self._tiled_outputs(i, h, decode, targets[first:], self.chunk_nodes, plan == "parts", index):
+                yield first + s, y
         elif targets is not None:
-            yield from self._gathered(i, h, decode, index, targets, self.chunk_nodes)
+            yield from self._gathered(i, h, decode, index, targets, self.chunk_nodes, start - start % self.chunk_nodes)
         else:
-            for c, (lo, hi) in enumerate(zip(self.bounds[:-1], self.bounds[1:])):
+            for c in range(bisect.bisect_right(self.bounds, start) - 1, len(self.bounds) - 1):
+                lo, hi = self.bounds[c], self.bounds[c + 1]
                 block, src = full_block(self.ds.indptr, self.ds.indices, np.arange(lo, hi))
                 if self.hag is not None:
                     block.hag = self.hag[c]
@@ -293,7 +276,7 @@ class LayerWise:
         """Deletes the layers' files."""
         for path in self.kept:
             path.unlink(missing_ok=True)
-            path.with_suffix(".json").unlink(missing_ok=True)
+            side(path, ".manifest.json").unlink(missing_ok=True)
         self.kept = []
 
 

@@ -135,6 +135,7 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
                 block = SummedBlock(sums[s - lo: e - lo], deg[s - lo: e - lo], own[:, own_cols:], own[:, :own_cols])
                 own = own[:, :own_cols]
             yield s, run(block.to(device), own.to(device)).float().cpu()
+        del sums, deg, block  # before the next block's are taken: two blocks' sums are twice the memory planned
 
 
 def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int, index) -> torch.Tensor:

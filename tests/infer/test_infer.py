@@ -51,7 +51,7 @@ def infer(run, out, *args):
 
 
 def read(out):
-    from diskgnn.infer.output import read_output
+    from diskgnn.data.resumable import read_output
 
     return read_output(out)
 

@@ -76,6 +76,24 @@ def test_from_a_grid_point_the_bytes_are_a_whole_runs(graph):
     assert torch.equal(whole[64:], rest)
 
 
+def test_a_blocks_sums_are_gone_before_the_next_blocks_are_taken(graph, monkeypatch):
+    import weakref
+
+    from diskgnn.nn import tiled_sum
+
+    alive, real = [], tiled_sum._block_sums
+
+    def tracked(*args):
+        assert all(ref() is None for ref in alive)  # else two blocks' sums: twice the memory the blocks were cut to
+        sums = real(*args)
+        alive.append(weakref.ref(sums))
+        return sums
+
+    monkeypatch.setattr(tiled_sum, "_block_sums", tracked)
+    tiled(SAGELayer(4097, 4100), graph, np.arange(199), 7, 200_000)
+    assert len(alive) > 2
+
+
 @pytest.fixture(scope="module")
 def small_dataset(tmp_path_factory):
     from conftest import small_dataset_at
@@ -112,7 +130,7 @@ def test_a_narrower_layer_reads_the_parts_the_layer_below_wrote(small_dataset, t
     assert [lw._plan(i, every, 50) for i in range(3)] == ["tiled", "parts", "parts"]
     with torch.no_grad():
         got = torch.cat([rows for _, rows in lw.outputs(every, 3, 50)])
-    assert sorted(p.name for p in (tmp_path / "lw").glob("*.f32")) == ["parts-1.f32", "parts-2.f32"]
+    assert sorted(p.name for p in (tmp_path / "lw").glob("*.npy")) == ["parts-1.npy", "parts-2.npy"]
     torch.testing.assert_close(got, in_memory(model, ds), rtol=1e-4, atol=1e-5)
 
 
@@ -157,3 +175,45 @@ def test_a_few_targets_compute_the_layers_below_over_their_receptive_fields(smal
     assert 0 < field.size < ds.num_nodes // 2
     assert [np.load(path, mmap_mode="r").shape[0] for path in lw.kept] == [field.size]  # its rows alone
     torch.testing.assert_close(got, in_memory(model, ds)[nodes], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("memory", [None, 4096], ids=["gathered", "tiled"])
+@pytest.mark.parametrize("nodes", ["all", "few"])
+def test_a_layer_cut_midway_goes_on_from_its_last_record_to_the_same_bytes(small_dataset, tmp_path, monkeypatch,
+                                                                            memory, nodes):
+    """A layer's file written through data/resumable.py's Output: cut after 7 chunks (a record after each), a rerun
+    writes its first chunk at the record, and every file and output equal an uncut run's, byte for byte."""
+    from diskgnn import defaults
+    from diskgnn.data.resumable import Output
+
+    ds = small_dataset
+    torch.manual_seed(3)
+    model = GNN("sage", ds.feature_dim, 16, ds.num_classes, 3, 0.5).eval()
+    targets = np.arange(ds.num_nodes) if nodes == "all" else np.array([0, 5, 40, 41, 198])
+
+    def run(where):
+        lw = LayerWise(model, ds, where, chunk_nodes=16, memory=memory)
+        with torch.no_grad():
+            out = torch.cat([rows for _, rows in lw.outputs(targets, 3, 16)])
+        return out, {p.name: p.read_bytes() for p in lw.kept}
+
+    whole, files = run(tmp_path / "whole")
+    assert len(files) == 2
+    monkeypatch.setattr(defaults, "INFER_RECORD_S", 0.0)
+    real, starts = Output.write, []
+
+    def cut_after_7(self, start, rows):
+        if len(starts) == 7:
+            raise KeyboardInterrupt
+        starts.append(start)
+        real(self, start, rows)
+
+    monkeypatch.setattr(Output, "write", cut_after_7)
+    with pytest.raises(KeyboardInterrupt):
+        run(tmp_path / "cut")
+    cut_at = starts[-1] + 16
+    starts.clear()
+    monkeypatch.setattr(Output, "write", lambda self, start, rows: (starts.append(start), real(self, start, rows)))
+    again, again_files = run(tmp_path / "cut")
+    assert starts[0] == cut_at and 0 < cut_at  # the first layer went on from its record
+    assert torch.equal(again, whole) and again_files == files

@@ -1,4 +1,5 @@
-"""An inference output written out of core and taken up again after an interruption.
+"""An array written out of core a chunk of rows at a time and taken up again after an interruption: diskgnn.infer's
+output, and layer-wise inference's layer files (nn/inference.py).
 
 OUT (a .npy file, or a .zarr directory: a zarr array chunked by rows, zarr's default compression) is
 filled at `OUT.partial` a batch of rows at a time; every DISKGNN_INFER_RECORD_S seconds the rows so far
@@ -17,11 +18,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from .. import defaults
-from ..data.files import fsync_path, guard_io, write_atomic
 from ..errors import DiskgnnError
-from ..nn.inference import rows_checksum
+from .files import fsync_path, guard_io, write_atomic
 
 FORMAT, VERSION = "diskgnn-inference", 1
 
@@ -36,6 +37,20 @@ def kind_of(path: Path) -> str:
 
 def side(path: Path, suffix: str) -> Path:
     return path.with_name(path.name + suffix)
+
+
+def ids_checksum(ids: np.ndarray) -> str:
+    """xxh3-128 of node ids as little-endian int64: which nodes an output is of."""
+    return xxhash.xxh3_128(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
+
+
+def rows_checksum(rows, chunk_rows: int = 1 << 16) -> str:
+    """xxh3-128 of an array's rows in order (little-endian C order), read a chunk of rows at a time: a .npy map's
+    or a zarr array's alike."""
+    hashed, dtype = xxhash.xxh3_128(), np.dtype(rows.dtype).newbyteorder("<")
+    for s in range(0, rows.shape[0], chunk_rows):
+        hashed.update(np.ascontiguousarray(rows[s: s + chunk_rows], dtype=dtype).tobytes())
+    return hashed.hexdigest()
 
 
 class Output:
@@ -122,17 +137,33 @@ class Output:
             path.unlink(missing_ok=True)
 
 
+def _opened(path: Path):
+    if kind_of(path) == "npy":
+        return np.load(path, mmap_mode="r")
+    import zarr
+
+    return zarr.open_array(str(path), mode="r")
+
+
+def finished(path: Path, shape: tuple, dtype, identity: dict):
+    """A finished .npy output's rows (mapped) where its manifest names `identity`, `shape` and `dtype` and its
+    checksum holds; else None."""
+    try:
+        manifest = json.loads(side(path, ".manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    expect = {**identity, "shape": [int(s) for s in shape], "dtype": np.dtype(dtype).name}
+    if any(manifest.get(key) != value for key, value in expect.items()) or not path.exists():
+        return None
+    rows = _opened(path)
+    return rows if manifest.get("checksum") == f"xxh3_128:{rows_checksum(rows)}" else None
+
+
 def read_output(path) -> np.ndarray:
     """A finished output's rows (whole, for tests and small outputs), checked against its manifest."""
     path = Path(path)
     manifest = json.loads(side(path, ".manifest.json").read_text())
-    if kind_of(path) == "npy":
-        rows = np.load(path, mmap_mode="r")
-    else:
-        import zarr
-
-        rows = zarr.open_array(str(path), mode="r")[:]
-    got = rows_checksum(rows)
-    if manifest["checksum"] != f"xxh3_128:{got}":
+    rows = _opened(path)
+    if manifest["checksum"] != f"xxh3_128:{rows_checksum(rows)}":
         raise DiskgnnError(f"{path}: fails the checksum in its manifest (the output is damaged)")
     return np.asarray(rows)
