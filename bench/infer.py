@@ -1,14 +1,18 @@
 """Every node's predictions of a trained model, out of core, under a memory cap (issue 52).
 
     python -m bench.infer [--data DIR | --nodes 8000000] [--cap 4GiB] [--budget 3GiB] [--workdir W]
+                          [--eval full] [--kill-at 0.5]
     python -m bench.infer --smoke            # 20,000 nodes, for the test suite
 
 The dataset (`--data`, else W2's shape prepared once into --workdir: `prepare synthetic --structure powerlaw
 --nodes N --feat-dim 128 --avg-degree 10 --classes 16`); a GraphSAGE (fanouts 10,5, hidden 256) trained for
-`--max-batches` batches of one epoch without evaluation (the bench is about inference); then, page cache
-dropped, `diskgnn.infer --output predictions --nodes all` in a cgroup capped at --cap (page cache
-included), under `--memory-budget --budget`: its wall time, rows per second, the disk's bytes read and
-written (the device's counters), the cgroup's peak, and the test accuracy of the written predictions. Where
+`--max-batches` batches of one epoch, under the same cap, evaluated as `--eval` says (none; full: its val and
+test accuracy with every neighbour, which the written predictions' must equal); then, page cache dropped,
+`diskgnn.infer --output predictions --nodes all` in a cgroup capped at --cap (page cache included), under
+`--memory-budget --budget`: its wall time, rows per second, the disk's bytes read and written (the device's
+counters), the cgroup's peak, and the test accuracy of the written predictions. With `--kill-at F` a second
+run is SIGKILLed at F times the first's wall time and run again to the end: its output must be the first's,
+byte for byte. Where
 the features fit in RAM and PyTorch Geometric is installed, the same model's layer-wise inference in PyG
 (SAGEConv with the model's weights, every row and edge in memory, destinations a chunk at a time, as PyG's
 layer-wise inference examples do), uncapped, timed in the same run: its predictions must agree.
@@ -17,8 +21,10 @@ layer-wise inference examples do), uncapped, timed in the same run: its predicti
 from __future__ import annotations
 
 import argparse
+import filecmp
 import importlib.util
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -42,6 +48,9 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--budget", default="3GiB", help="diskgnn.infer's --memory-budget")
     ap.add_argument("--max-batches", type=int, default=100, help="train batches before inferring")
     ap.add_argument("--batch-size", type=int, default=65536, help="diskgnn.infer's rows at a time")
+    ap.add_argument("--eval", choices=("none", "full"), default="none", help="the training run's evaluation")
+    ap.add_argument("--kill-at", type=float, default=None,
+                    help="also SIGKILL a second run at this fraction of the first's wall time, and rerun it")
     ap.add_argument("--pyg", choices=("auto", "off"), default="auto")
     ap.add_argument("--smoke", action="store_true")
     add_output_args(ap, "infer")
@@ -50,13 +59,48 @@ def parser() -> argparse.ArgumentParser:
 
 def train(data: Path, run: Path, args) -> dict:
     argv = [sys.executable, "-m", "diskgnn.train", "--data", str(data), "--workdir", str(run), "--epochs", "1",
-            "--max-batches", str(args.max_batches), "--eval", "none", "--fanouts", "10,5", "--hidden", "256",
+            "--max-batches", str(args.max_batches), "--eval", args.eval, "--fanouts", "10,5", "--hidden", "256",
             "--memory-budget", args.budget, "--no-progress"]
     t0 = time.perf_counter()
     r = run_capped(argv, parse_size(args.cap), cwd=REPO)
     if r.returncode != 0:
         raise SystemExit(f"bench.infer: training failed: {(r.stderr or '').strip().splitlines()[-1:]}")
-    return {"argv": argv, "wall_s": time.perf_counter() - t0}
+    summary = json.loads((run / "summary.json").read_text())
+    return {"argv": argv, "wall_s": time.perf_counter() - t0, "cgroup": r.summary(), "eval": args.eval,
+            "val_acc": summary.get("val_acc"), "test_acc": summary.get("test_acc")}
+
+
+def infer(argv: list[str], out: Path, cap: int, timeout: float | None = None):
+    """diskgnn.infer into `out` under the cap, page cache dropped first (where it can be: `cold`); the run and the
+    disk's counters."""
+    argv = [*argv, "--out", str(out)]
+    cold = drop_caches() is None
+    with DiskCounter(block_device(out.parent)) as disk:
+        r = run_capped(argv, cap, cwd=REPO, timeout=timeout)
+    if r.returncode != 0 and not r.timed_out:
+        raise SystemExit(f"bench.infer: diskgnn.infer failed ({'OOM-killed' if r.oom_killed else r.returncode}): "
+                         f"{(r.stderr or '').strip().splitlines()[-1:]}")
+    return r, disk, cold
+
+
+def killed_and_rerun(argv: list[str], work: Path, cap: int, first, fraction: float) -> dict:
+    """A run SIGKILLed at `fraction` of the first's wall time, run again: whether its output is the first's."""
+    out = work / "killed.npy"
+    for stale in work.glob("killed.npy*"):
+        shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
+    cut, _, _ = infer(argv, out, cap, timeout=fraction * first.wall_s)
+    if not cut.timed_out:
+        return {"status": f"finished in {cut.wall_s:.1f} s before the kill at {fraction * first.wall_s:.1f} s"}
+    progress = out.with_name(out.name + ".progress.json")
+    rows_recorded = json.loads(progress.read_text())["rows_done"] if progress.exists() else 0
+    layers = sorted(p.name for p in out.with_name(out.name + ".layers").glob("*"))
+    again, disk, _ = infer(argv, out, cap)
+    same = filecmp.cmp(out, work / "predictions.npy", shallow=False)
+    print(f"killed at {cut.wall_s:.1f} s (output rows recorded {rows_recorded:,}; layer files {layers}), rerun "
+          f"{again.wall_s:.1f} s: output {'byte-identical' if same else 'DIFFERS'}")
+    return {"status": "ok", "killed_at_s": cut.wall_s, "output_rows_recorded": rows_recorded, "layer_files": layers,
+            "rerun_wall_s": again.wall_s, "rerun_read_bytes": disk.read, "rerun_cgroup": again.summary(),
+            "byte_identical": same}
 
 
 def accuracy(ds, predictions: np.ndarray, split: str = "test") -> float:
@@ -135,23 +179,24 @@ def main(argv=None) -> dict:
     trained = train(data, run, args)
     for stale in (out, out.with_name(out.name + ".manifest.json")):
         stale.unlink(missing_ok=True)
-    argv = [sys.executable, "-m", "diskgnn.infer", "--workdir", str(run), "--out", str(out), "--memory-budget",
-            args.budget, "--batch-size", str(args.batch_size), "--no-progress"]
-    dropped = drop_caches()
-    with DiskCounter(block_device(work)) as disk:
-        r = run_capped(argv, parse_size(args.cap), cwd=REPO)
-    if r.returncode != 0:
-        raise SystemExit(f"bench.infer: diskgnn.infer failed: {(r.stderr or '').strip().splitlines()[-1:]}")
+    argv = [sys.executable, "-m", "diskgnn.infer", "--workdir", str(run), "--memory-budget", args.budget,
+            "--batch-size", str(args.batch_size), "--no-progress"]
+    r, disk, cold = infer(argv, out, parse_size(args.cap))
     from diskgnn.data.resumable import read_output
 
     predictions = read_output(out)
     row = {"argv": argv, "wall_s": r.wall_s, "rows_per_s": ds.num_nodes / r.wall_s, "disk_read_bytes": disk.read,
-           "disk_written_bytes": disk.written, "cgroup": r.summary(), "page_cache_dropped": dropped is None,
-           "test_acc": accuracy(ds, predictions),
+           "disk_written_bytes": disk.written, "cgroup": r.summary(), "page_cache_dropped": cold,
+           "test_acc": accuracy(ds, predictions), "val_acc": accuracy(ds, predictions, "val"),
            "manifest": json.loads(out.with_name(out.name + ".manifest.json").read_text())}
     print(f"diskgnn.infer: {ds.num_nodes:,} nodes in {r.wall_s:.1f} s ({row['rows_per_s']:,.0f} rows/s) under "
           f"{args.cap}, peak {format_size(r.peak_bytes or 0)}, read {disk.read / 1e9:.2f} GB, written "
           f"{disk.written / 1e9:.2f} GB; test acc {row['test_acc']:.4f}")
+    if args.eval == "full":
+        print(f"the training run's --eval full: val {trained['val_acc']:.4f}, test {trained['test_acc']:.4f}; the "
+              f"written predictions: val {row['val_acc']:.4f}, test {row['test_acc']:.4f}")
+    if args.kill_at is not None:
+        row["killed"] = killed_and_rerun(argv, work, parse_size(args.cap), r, args.kill_at)
     pyg = pyg_row(ds, run, predictions, args)
     if pyg["status"] == "ok":
         print(f"PyG in memory: {pyg['wall_s']:.1f} s ({pyg['rows_per_s']:,.0f} rows/s), agreement "

@@ -352,19 +352,25 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
 
 
 def test_infer_bench_smoke(tmp_path):
-    """bench.infer at tiny size: a model trained a few batches, every node's predictions written under a cap, and
-    PyG's in-memory layer-wise inference of the same model agreeing with them."""
+    """bench.infer at tiny size: a model trained a few batches, every node's predictions written under a cap, their
+    test accuracy the training run's --eval full, a run killed and rerun to the same bytes, and PyG's in-memory
+    layer-wise inference of the same model agreeing with them."""
     from bench import infer
     from bench.harness.memcap import CapUnavailable
 
     try:
-        result = infer.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "i.json")])
+        result = infer.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "i.json"),
+                             "--eval", "full", "--kill-at", "0.7"])
     except CapUnavailable as e:
         pytest.skip(f"no memory cgroup here ({e}); the cap itself is tested in tests/bench/test_memcap.py")
     saved = json.loads((tmp_path / "i.json").read_text())
     row = saved["diskgnn"]
     assert row["cgroup"]["returncode"] == 0 and not row["cgroup"]["oom_killed"] and row["rows_per_s"] > 0
     assert row["manifest"]["shape"] == [20_000] and 0 <= row["test_acc"] <= 1 and row["disk_written_bytes"] >= 0
+    trained, tests = saved["train"], 0.8 * 20_000
+    assert abs(trained["test_acc"] - row["test_acc"]) <= 2 / tests, (trained, row)  # the run's --eval full
+    killed = row["killed"]
+    assert killed["status"].startswith("finished") or killed["byte_identical"], killed
     pyg = result["pyg"]
     if pyg["status"] != "ok":
         pytest.skip(f"PyG: {pyg['status']} ({pyg.get('why')}); diskgnn's row was checked")
