@@ -220,6 +220,14 @@ def random_access(a: np.ndarray) -> np.ndarray:
     return a
 
 
+def random_map(a: np.ndarray) -> np.ndarray:
+    """A second map of memory-mapped `a`'s file with random_access's advice (`a` keeps its read-ahead for reads in
+    order); `a` itself where it is not a whole file's map."""
+    if not isinstance(a, np.memmap) or a.filename is None or not isinstance(a.base, mmap.mmap):
+        return a
+    return random_access(np.memmap(a.filename, dtype=a.dtype, mode="r", offset=a.offset, shape=a.shape))
+
+
 def read_manifest(path, fmt: str | None = FORMAT_NAME) -> dict:
     """Loads and checks manifest.json: format (`fmt`: a homogeneous or a heterogeneous dataset; None: either),
     version, its own checksum."""

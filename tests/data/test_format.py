@@ -141,3 +141,16 @@ def test_random_access_turns_read_ahead_off_for_the_map(tmp_path):
     view = random_access(advised[10:20])
     assert view[0] == 10 and "rr" in flags(advised) and "rr" not in flags(plain)
     assert random_access(np.zeros(3)).sum() == 0
+
+
+def test_random_map_is_a_second_map_of_the_same_rows(tmp_path):
+    from diskgnn.data.format import random_map
+
+    path = tmp_path / "rows.npy"
+    np.save(path, np.arange(4097 * 3, dtype=np.float32).reshape(3, 4097))
+    rows = np.load(path, mmap_mode="r")
+    again = random_map(rows)
+    assert again is not rows and isinstance(again, np.memmap) and np.array_equal(again, rows)
+    plain = np.ones((2, 2))
+    view = rows[1:]
+    assert random_map(plain) is plain and random_map(view) is view  # not a whole file's map: itself
