@@ -4,8 +4,9 @@ split, or a list of ids), written out of core.
 The model is the run's checkpoint (best.pt by default) rebuilt from the run's config.yaml, on its dataset
 (or --data, checked against the checkpoint). Layer-wise, with every neighbour: each layer but the last
 over every node, a chunk at a time, into a file under OUT.layers/; the last asked for over the selected
-nodes only, written to OUT a batch at a time (output.py). Chunks are bounded by --memory-budget (nodes and
-in-edges), so memory stays at a chunk's rows whatever the graph's size. `--output`: logits or predictions
+nodes only, written to OUT a batch at a time (data/resumable.py). Chunks are bounded by --memory-budget (nodes
+and in-edges), so memory stays at a chunk's rows whatever the graph's size. With --fanouts each node's output
+comes from a sample of its neighbourhood instead, a batch at a time (sampled.py). `--output`: logits or predictions
 (node classification), embeddings (the last hidden layer; --task link: the model's output, what its decoder
 scores), or table (an --embeddings run's learned values). Interrupted and rerun, it goes on where it
 stopped: finished layers are taken up (their checksum and model checked), and the output from its last
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from .. import defaults
 from ..arrays import read_rows
 from ..data.builtin import default_dataset
 from ..data.features import feature_source
@@ -34,11 +36,12 @@ from ..errors import ArgumentParser, DiskgnnError, UsageError
 from ..nn.inference import LayerWise
 from ..nn.models import layer_dims
 from ..train.checkpoints import Checkpoints
-from ..train.config import TrainConfig
+from ..train.config import TrainConfig, ints
 from ..train.options import load_yaml
 from ..train.plan import resolve_device
 from ..train.run import new_model
 from ..units import parse_size
+from .sampled import sampled_outputs
 
 OUTPUTS = ("logits", "predictions", "embeddings", "table")
 PROCESS_BYTES = 512 << 20  # the infer process before its data: 245 MB RSS measured, torch's pools beside
@@ -54,11 +57,22 @@ def parser() -> ArgumentParser:
     p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
     p.add_argument("--data", default=None, help="the dataset (default: the run's)")
     p.add_argument("--memory-budget", default="2GiB", help="what a chunk's rows and activations may take")
-    p.add_argument("--batch-size", type=int, default=65536, help="output rows computed and written at a time")
+    p.add_argument("--batch-size", type=int, default=None,
+                   help="output rows computed and written at a time (default: 65536; with --fanouts the run's)")
+    p.add_argument("--fanouts", default=None,
+                   help="sample each node's neighbours, e.g. 10,5 (one a layer, the seeds' hop first), as sampled "
+                        "evaluation does (default: every neighbour, layer-wise and exact)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--overwrite", action="store_true", help="replace a finished OUT")
     p.add_argument("--progress", action=__import__("argparse").BooleanOptionalAction, default=True)
     return p
+
+
+def fanout_list(text: str, layers: int) -> list[int]:
+    fanouts = list(ints(text, "--fanouts"))
+    if len(fanouts) != layers or min(fanouts) < 1:
+        raise UsageError(f"--fanouts {text}: the model has {layers} layers: name one fanout of at least 1 a layer")
+    return fanouts
 
 
 def run_config(workdir: Path) -> TrainConfig:
@@ -132,10 +146,12 @@ def main(argv=None) -> None:
     args = parser().parse_args(argv)
     workdir, out = Path(args.workdir), Path(args.out)
     kind_of(out)
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
     budget = parse_size(args.memory_budget, "--memory-budget")
     cfg = run_config(workdir)
+    args.fanouts = fanout_list(args.fanouts, len(cfg.fanout_list)) if args.fanouts is not None else None
+    args.batch_size = args.batch_size or (cfg.batch_size if args.fanouts else 65536)
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
     data = args.data or cfg.data or default_dataset(False)  # the run's: the built-in one where it named none
     if is_hetero(read_manifest(data, None)):
         raise UsageError(f"{data}: a heterogeneous dataset: diskgnn.infer does not run heterogeneous models yet")
@@ -146,6 +162,8 @@ def main(argv=None) -> None:
         raise UsageError(f"--output {output}: a --task link model outputs embeddings (what its decoder scores)")
     if output == "table" and not cfg.embeddings:
         raise UsageError("--output table: the run learned no --embeddings table")
+    if output == "table" and args.fanouts:
+        raise UsageError("--fanouts: --output table reads the learned table, no model runs")
     if cfg.embeddings and output != "table":
         raise UsageError(f"--output {output}: a run with --embeddings reads its learned table beside the features; "
                          "layer-wise inference over it is not supported yet (--output table writes the table)")
@@ -173,20 +191,28 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     k = layers if output != "embeddings" or cfg.task_spec.name == "link" else layers - 1
     source = feature_source(ds, cfg.features)
     dims = layer_dims(ds.feature_dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
-    lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
-                   chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)),
-                   memory=tiled_memory(budget, ds.num_nodes))
     cols = dims[k]
     shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
-    identity = {"checkpoint": file_checksum(path), "output": output, "layer": k,
+    neighbours = "all (layer-wise, exact)" if args.fanouts is None else (
+        f"sampled: fanouts {','.join(map(str, args.fanouts))}, seed {cfg.seed}, batches of {args.batch_size}")
+    identity = {"checkpoint": file_checksum(path), "output": output, "layer": k, "neighbours": neighbours,
                 "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{ids_checksum(nodes)})"}
     result = Output(out, shape, dtype, identity, args.batch_size)
     say = print if args.progress else None
     start = result.rows_done - result.rows_done % args.batch_size  # batches start where the first run's did
     bar = tqdm(total=nodes.size, initial=start, unit="row", desc="infer", disable=not args.progress,
                dynamic_ncols=True)
+    if args.fanouts is None:
+        lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
+                       chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)),
+                       memory=tiled_memory(budget, ds.num_nodes))
+        batches = lw.outputs(nodes, k, args.batch_size, start=start, say=say)
+    else:
+        batches = sampled_outputs(model, ds, nodes, k, args.fanouts, args.batch_size, start, source=source,
+                                  device=device, seed=cfg.seed, sampler=cfg.sampler_spec, backend=cfg.backend,
+                                  read_depth=defaults.READ_DEPTH)
     with torch.no_grad():
-        for start, rows in lw.outputs(nodes, k, args.batch_size, start=start, say=say):
+        for start, rows in batches:
             rows = rows.argmax(1).to(torch.int32) if output == "predictions" else rows
             result.write(start, rows.numpy())
             bar.update(len(rows))
@@ -194,10 +220,10 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     manifest = result.commit({"checkpoint_path": str(path), "epoch": state.get("epoch"), "workdir": str(workdir),
                               "dataset": str(ds.path), "dataset_checksum": ds.manifest.get("manifest_checksum"),
                               "model": {"kind": cfg.model, "layers": layers, "hidden": cfg.hidden,
-                                        "heads": cfg.heads, "task": cfg.task_spec.name, "features": source.name},
-                              "neighbours": "all (layer-wise, exact)"})
-    lw.remove()
-    shutil.rmtree(side(out, ".layers"), ignore_errors=True)
+                                        "heads": cfg.heads, "task": cfg.task_spec.name, "features": source.name}})
+    if args.fanouts is None:
+        lw.remove()
+        shutil.rmtree(side(out, ".layers"), ignore_errors=True)
     return manifest
 
 

@@ -206,11 +206,11 @@ class TrainConfig:
 
     @property
     def fanout_list(self) -> tuple[int, ...]:
-        return _ints(self.fanouts, "--fanouts")
+        return ints(self.fanouts, "--fanouts")
 
     @property
     def eval_fanout_list(self) -> tuple[int, ...]:
-        return _ints(self.eval_fanouts, "--eval-fanouts") if self.eval_fanouts else self.fanout_list
+        return ints(self.eval_fanouts, "--eval-fanouts") if self.eval_fanouts else self.fanout_list
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -271,7 +271,7 @@ class TrainConfig:
         validate(self)
 
 
-def _ints(text: str, flag: str) -> tuple[int, ...]:
+def ints(text: str, flag: str) -> tuple[int, ...]:
     try:
         values = tuple(int(x) for x in str(text).split(","))
     except ValueError:

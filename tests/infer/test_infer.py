@@ -96,6 +96,50 @@ def test_listed_ids_of_awkward_sizes_and_duplicates(trained, tmp_path, ids):
     np.testing.assert_allclose(read(tmp_path / "o.npy"), oracle(data, run, 2).numpy()[ids], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("ids", [None, [5], [7, 7, 3, 2707, 7, 0]], ids=["all", "one", "duplicates"])
+def test_sampled_with_fanouts_past_every_degree_is_the_exact_forward(trained, tmp_path, ids):
+    """Cora's largest in-degree is 168: fanouts of 200 sample every neighbour, so the sampled outputs are exact."""
+    data, run = trained
+    nodes = []
+    if ids is not None:
+        np.save(tmp_path / "ids.npy", np.asarray(ids, dtype=np.int64))
+        nodes = ["--nodes", str(tmp_path / "ids.npy")]
+    proc = infer(run, tmp_path / "s.npy", "--output", "logits", "--fanouts", "200,200", "--batch-size", "100", *nodes)
+    assert proc.returncode == 0, proc.stderr
+    want = oracle(data, run, 2).numpy()
+    np.testing.assert_allclose(read(tmp_path / "s.npy"), want if ids is None else want[ids], rtol=1e-5, atol=1e-5)
+    assert json.loads((tmp_path / "s.npy.manifest.json").read_text())["neighbours"].startswith("sampled: fanouts 200")
+
+
+def test_sampled_outputs_from_a_batchs_start_are_a_whole_runs_bytes(trained):
+    """Small fanouts: a node's output depends on its batch's sample, keyed by the batch's place, so a rerun from
+    batch 3 (an interrupted output taken up) computes the same bytes, and the hidden layer is a 1-hop sample's."""
+    from diskgnn import defaults
+    from diskgnn.data.features import feature_source
+    from diskgnn.data.format import open_dataset
+    from diskgnn.infer.command import build_model, checkpoint_state, run_config
+    from diskgnn.infer.sampled import sampled_outputs
+
+    data, run = trained
+    ds, cfg = open_dataset(data), run_config(run)
+    model = build_model(cfg, ds, *checkpoint_state(run, "best"))
+    nodes = np.r_[np.arange(0, 2708, 3), 7, 7]
+
+    def outputs(k, start):
+        got = sampled_outputs(model, ds, nodes, k, [3, 2], 64, start, source=feature_source(ds), device="cpu",
+                              seed=cfg.seed, sampler=cfg.sampler_spec, backend="auto", read_depth=defaults.READ_DEPTH)
+        with torch.no_grad():
+            firsts, rows = zip(*got)
+        assert list(firsts) == list(range(start // 64 * 64, nodes.size, 64))
+        return torch.cat(rows)
+
+    whole = outputs(2, 0)
+    assert whole.shape == (nodes.size, 7) and torch.equal(outputs(2, 200), whole[192:])
+    assert torch.equal(whole[-1], whole[-2])  # a duplicate: the same node in one batch, one sample
+    assert not torch.allclose(whole, oracle(data, run, 2)[nodes], atol=1e-3)  # 3 neighbours of many: not exact
+    assert outputs(1, 0).shape == (nodes.size, 16)
+
+
 def test_killed_midway_and_rerun_the_output_is_byte_identical(trained, tmp_path):
     data, run = trained
     whole = infer(run, tmp_path / "whole.npy", "--output", "logits", "--batch-size", "64")
@@ -144,6 +188,8 @@ def test_bad_input_is_one_line(trained, tmp_path, capsys):
                        (x + ["--nodes", str(tmp_path / "far.npy")], "node id 2708 out of range [0, 2708)"),
                        (x + ["--nodes", "everything"], "--nodes everything: not all|train|val|test"),
                        (x + ["--output", "table"], "--output table: the run learned no --embeddings table"),
+                       (x + ["--fanouts", "5"], "--fanouts 5: the model has 2 layers"),
+                       (x + ["--fanouts", "5,x"], "--fanouts 5,x: expected comma-separated integers"),
                        (x + ["--checkpoint", str(tmp_path / "none.pt")], "no such file"),
                        (x + ["--checkpoint", str(tmp_path / "wide" / "best.pt")], "not a checkpoint of a sage model "
                                                                                    "with hidden 16"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1}  # sampling stream keys of the eval sets
+# sampling stream keys of the eval sets, and of diskgnn.infer --fanouts's batches
+EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1, "infer": (1 << 20) + 2}
 
 
 class Task:

@@ -1,0 +1,54 @@
+"""`diskgnn.infer --fanouts`: each selected node's output from a sample of its neighbourhood, as sampled evaluation
+computes it, rather than from every neighbour (nn/inference.py).
+
+The selected nodes are cut into batches in their order; batch b is sampled with its own stream (the key of batch
+b of the inference "epoch", offline/sample.py), its rows read by id from the feature file through the online
+loader's pipeline (loading/loaders.py), and the model's first k layers run on its blocks. Batch b's bytes depend
+on b and its nodes only, so a rerun from a batch's start (an interrupted output taken up) computes the same
+bytes. Memory is a batch's: its blocks, rows and activations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..loading.loaders import OnlineLoader
+from ..offline.sample import Sampler
+from ..target import target_for
+from ..train.tasks.base import EVAL_EPOCH
+
+
+class _Batches:
+    """Batch b: the distinct nodes of nodes[b * size: (b + 1) * size], sorted (a batch's seeds are unique)."""
+
+    def __init__(self, nodes: np.ndarray, size: int):
+        self.nodes, self.size = nodes, size
+
+    def __len__(self) -> int:
+        return -(-self.nodes.size // self.size)
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        return np.unique(self.nodes[b * self.size: (b + 1) * self.size])
+
+
+def sampled_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list[int], batch_size: int, start: int = 0, *,
+                    source, device: str, seed: int, sampler: Sampler, backend: str, read_depth: int):
+    """(first row, float32 CPU outputs of layer k - 1) for nodes[start:] (duplicates allowed), from the batch
+    holding row `start` on, each batch's nodes sampled `fanouts[:k]` (input hop last) and their rows read by id."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    batches = _Batches(nodes, batch_size)
+    loader = OnlineLoader(ds, nodes[:0], fanouts=list(fanouts[:k]), batch_size=batch_size, seed=seed,
+                          epoch=EVAL_EPOCH["infer"], labels=np.asarray(ds.labels), target=target_for(device),
+                          read_depth=read_depth, backend=backend, features=source, sampler=sampler, batches=batches)
+    first = start // batch_size
+    for b, mb in zip(range(first, len(batches)), loader.pipeline(np.arange(first, len(batches)))):
+        mb.wait()
+        seeds = batches[b]
+        if not np.array_equal(mb.seeds, seeds):
+            raise AssertionError(f"batch {b}: sampled for other seeds than its own")
+        h = mb.x
+        for i in range(k):
+            h = model.layer(i, mb.blocks[i], h)
+        back = np.searchsorted(seeds, nodes[b * batch_size: (b + 1) * batch_size])
+        yield b * batch_size, h.float().cpu()[torch.from_numpy(back)]
