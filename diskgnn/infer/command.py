@@ -8,14 +8,14 @@ nodes only, written to OUT a batch at a time (data/resumable.py). Chunks are bou
 and in-edges), so memory stays at a chunk's rows whatever the graph's size. With --fanouts each node's output
 comes from a sample of its neighbourhood instead, a batch at a time (sampled.py). `--output`: logits or predictions
 (node classification), embeddings (the last hidden layer; --task link: the model's output, what its decoder
-scores), or table (an --embeddings run's learned values). Interrupted and rerun, it goes on where it
+scores), or table (an --embeddings run's learned values; the model of such a run reads them beside the
+features: table.py). Interrupted and rerun, it goes on where it
 stopped: finished layers are taken up (their checksum and model checked), and the output from its last
 recorded batch.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from pathlib import Path
@@ -25,7 +25,6 @@ import torch
 from tqdm import tqdm
 
 from .. import defaults
-from ..arrays import read_rows
 from ..data.builtin import default_dataset
 from ..data.features import feature_source
 from ..data.files import file_checksum
@@ -42,6 +41,7 @@ from ..train.plan import resolve_device
 from ..train.run import new_model
 from ..units import parse_size
 from .sampled import sampled_outputs
+from .table import joined_source, write_table
 
 OUTPUTS = ("logits", "predictions", "embeddings", "table")
 PROCESS_BYTES = 512 << 20  # the infer process before its data: 245 MB RSS measured, torch's pools beside
@@ -54,7 +54,8 @@ def parser() -> ArgumentParser:
     p.add_argument("--output", choices=OUTPUTS, default=None,
                    help="what to write (default: predictions; --task link: embeddings)")
     p.add_argument("--nodes", default="all", help="all, train, val, test, or FILE.npy of node ids (default: all)")
-    p.add_argument("--checkpoint", default="best", help="best, last, or a checkpoint file (default: best)")
+    p.add_argument("--checkpoint", default=None,
+                   help="best, last, or a checkpoint file (default: best; of an --embeddings run, last: its table's)")
     p.add_argument("--data", default=None, help="the dataset (default: the run's)")
     p.add_argument("--memory-budget", default="2GiB", help="what a chunk's rows and activations may take")
     p.add_argument("--batch-size", type=int, default=None,
@@ -164,15 +165,12 @@ def main(argv=None) -> None:
         raise UsageError("--output table: the run learned no --embeddings table")
     if output == "table" and args.fanouts:
         raise UsageError("--fanouts: --output table reads the learned table, no model runs")
-    if cfg.embeddings and output != "table":
-        raise UsageError(f"--output {output}: a run with --embeddings reads its learned table beside the features; "
-                         "layer-wise inference over it is not supported yet (--output table writes the table)")
     if out.exists() and not args.overwrite:
         raise DiskgnnError(f"--out {out}: exists (pass --overwrite to replace it)")
     nodes = select(args.nodes, ds)
     started = time.perf_counter()
     if output == "table":
-        manifest = write_table(cfg, ds, workdir, nodes, out, args)
+        manifest = write_table(ds, workdir, nodes, out, args.nodes, args.batch_size)
     else:
         manifest = write_model_outputs(cfg, ds, workdir, nodes, out, output, budget, args)
     seconds = time.perf_counter() - started
@@ -181,7 +179,7 @@ def main(argv=None) -> None:
 
 
 def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, output: str, budget: int, args) -> dict:
-    path, state = checkpoint_state(workdir, args.checkpoint)
+    path, state = checkpoint_state(workdir, args.checkpoint or ("last" if cfg.embeddings else "best"))
     model = build_model(cfg, ds, path, state)
     device = resolve_device(args.device)
     model.to(device)
@@ -190,7 +188,9 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
         raise UsageError("--output embeddings: a 1-layer model has no hidden layer")
     k = layers if output != "embeddings" or cfg.task_spec.name == "link" else layers - 1
     source = feature_source(ds, cfg.features)
-    dims = layer_dims(ds.feature_dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
+    if cfg.embeddings:  # the model reads its learned values beside the features
+        source = joined_source(source, workdir, ds, state, path)
+    dims = layer_dims(source.dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
     cols = dims[k]
     shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
     neighbours = "all (layer-wise, exact)" if args.fanouts is None else (
@@ -225,23 +225,3 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
         lw.remove()
         shutil.rmtree(side(out, ".layers"), ignore_errors=True)
     return manifest
-
-
-def write_table(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, args) -> dict:
-    """An --embeddings run's learned values for the selected nodes, from its table as last flushed."""
-    table = workdir / "embeddings" / "table.bin"
-    meta_path = table.with_name("table.json")
-    if not meta_path.is_file():
-        raise DiskgnnError(f"{meta_path}: missing: the run's embedding table is gone")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("num_nodes") != ds.num_nodes:
-        raise DiskgnnError(f"{table}: a table of {meta.get('num_nodes')} rows, the dataset has {ds.num_nodes:,} nodes")
-    width = meta["row_bytes"] // 4
-    values = np.memmap(table, dtype=np.float32, mode="r", shape=(ds.num_nodes, width))
-    identity = {"table": f"{meta_path} generation of {table.stat().st_mtime_ns}", "output": "table",
-                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{ids_checksum(nodes)})"}
-    result = Output(out, (nodes.size, meta["dim"]), np.float32, identity, args.batch_size)
-    for s in range(result.rows_done, nodes.size, args.batch_size):
-        result.write(s, read_rows(values, nodes[s: s + args.batch_size])[:, : meta["dim"]].numpy())
-    return result.commit({"workdir": str(workdir), "dataset": str(ds.path),
-                          "dataset_checksum": ds.manifest.get("manifest_checksum"), "table": str(table)})

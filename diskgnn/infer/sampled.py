@@ -13,10 +13,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..arrays import read_rows
 from ..loading.loaders import OnlineLoader
 from ..offline.sample import Sampler
 from ..target import target_for
 from ..train.tasks.base import EVAL_EPOCH
+from .table import JoinedRows
 
 
 class _Batches:
@@ -35,9 +37,13 @@ class _Batches:
 def sampled_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list[int], batch_size: int, start: int = 0, *,
                     source, device: str, seed: int, sampler: Sampler, backend: str, read_depth: int):
     """(first row, float32 CPU outputs of layer k - 1) for nodes[start:] (duplicates allowed), from the batch
-    holding row `start` on, each batch's nodes sampled `fanouts[:k]` (input hop last) and their rows read by id."""
+    holding row `start` on, each batch's nodes sampled `fanouts[:k]` (input hop last) and their rows read by id
+    (`source`'s; an --embeddings run's, infer/table.py, its stored features by id and its learned values beside)."""
     nodes = np.asarray(nodes, dtype=np.int64)
     batches = _Batches(nodes, batch_size)
+    joined = source.rows if isinstance(source.rows, JoinedRows) else None
+    if joined is not None:
+        source = joined.features
     loader = OnlineLoader(ds, nodes[:0], fanouts=list(fanouts[:k]), batch_size=batch_size, seed=seed,
                           epoch=EVAL_EPOCH["infer"], labels=np.asarray(ds.labels), target=target_for(device),
                           read_depth=read_depth, backend=backend, features=source, sampler=sampler, batches=batches)
@@ -48,6 +54,9 @@ def sampled_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list[int], ba
         if not np.array_equal(mb.seeds, seeds):
             raise AssertionError(f"batch {b}: sampled for other seeds than its own")
         h = mb.x
+        if joined is not None:
+            values = read_rows(joined.records, mb.input_nodes)[:, : joined.dim].to(h.device)
+            h = torch.cat([h, values], 1) if h.shape[1] else values
         for i in range(k):
             h = model.layer(i, mb.blocks[i], h)
         back = np.searchsorted(seeds, nodes[b * batch_size: (b + 1) * batch_size])
