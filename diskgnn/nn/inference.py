@@ -35,8 +35,8 @@ import xxhash
 from .. import defaults
 from ..arrays import read_rows
 from ..data.features import FeatureSource, feature_source
-from ..data.resumable import Output, finished, ids_checksum, side
 from ..data.format import Dataset, random_map
+from ..data.resumable import Output, finished, ids_checksum, side
 from ..loading.blocks import full_block, neighbour_lists
 from .tiled_sum import every_node, in_degrees, is_mean_layer, mean_layer_outputs, passes, positions, projects_first
 
