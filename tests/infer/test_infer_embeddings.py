@@ -17,7 +17,7 @@ def trained(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("infer-emb")
     data = prepare(shared_dataset("planetoid_cora"), tmp / "cora", progress=False)
-    run_module("diskgnn.train", "--data", data, "--workdir", tmp / "run", "--epochs", "2", "--fanouts", "5,5",
+    run_module("diskgnn.train", "--data", data, "--workdir", tmp / "run", "--epochs", "1", "--fanouts", "5,5",
                "--batch-size", "256", "--hidden", "16", "--lr", "0.01", "--embeddings", "8", "--embedding-lr", "0.1",
                "--no-progress", check=True)
     return data, tmp / "run"
@@ -62,7 +62,7 @@ def test_the_outputs_read_the_table_beside_the_features(trained, tmp_path, how):
         want = want[open_dataset(data).split("test")]
     np.testing.assert_allclose(read_output(tmp_path / "o.npy"), want, rtol=1e-5, atol=1e-5)
     manifest = json.loads((tmp_path / "o.npy.manifest.json").read_text())
-    assert manifest["checkpoint_path"].endswith("last.pt") and "+table(generation 2" in manifest["model"]["features"]
+    assert manifest["checkpoint_path"].endswith("last.pt") and "+table(generation 1" in manifest["model"]["features"]
 
 
 def test_the_table_output_is_the_learned_values(trained, tmp_path):
@@ -75,9 +75,19 @@ def test_the_table_output_is_the_learned_values(trained, tmp_path):
     assert np.array_equal(read_output(tmp_path / "t.npy"), learned(run)[open_dataset(data).split("test")])
 
 
-def test_a_checkpoint_the_table_moved_on_from_is_refused(trained, tmp_path):
-    _, run = trained
-    proc = infer(run, tmp_path / "b.npy", "--checkpoint", "best")
+def test_the_best_checkpoint_of_the_tables_generation_runs_and_an_older_one_is_refused(trained, tmp_path):
+    """One epoch: best.pt is the last epoch's, of the table's generation; a checkpoint of generation 0 is not."""
+    from diskgnn.data.resumable import read_output
+    from diskgnn.train.checkpoints import Checkpoints
+
+    data, run = trained
+    proc = infer(run, tmp_path / "best.npy", "--checkpoint", "best", "--output", "logits")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(read_output(tmp_path / "best.npy"), oracle(data, run).numpy(), rtol=1e-5, atol=1e-5)
+    state = Checkpoints(run / "checkpoints").load("best")
+    assert state["embeddings"]["generation"] == 1
+    Checkpoints(tmp_path / "old").save("best", {**state, "embeddings": {"generation": 0}})
+    proc = infer(run, tmp_path / "b.npy", "--checkpoint", str(tmp_path / "old" / "best.pt"))
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode != 0 and len(lines) == 1 and "holds values written after the checkpoint" in lines[0], lines
     assert not list(tmp_path.glob("b.npy*"))
