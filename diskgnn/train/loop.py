@@ -162,9 +162,9 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
                 best = {"val_acc": val, "epoch": epoch}
                 if group.leader:  # with the table's generation save_last is about to commit (diskgnn.infer checks it)
+                    table_at = {"embeddings": {"generation": table.generation + 1}} if table else {}
                     checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch,
-                                              "dataset": data.ds.manifest.get("manifest_checksum"),
-                                              **({"embeddings": {"generation": table.generation + 1}} if table else {})})
+                                              "dataset": data.ds.manifest.get("manifest_checksum"), **table_at})
             save_last(EpochState(epoch + 1))
         # The embedding table is the last epoch's, so its model is the one to test with it.
         if best["epoch"] >= 0 and table is None:
