@@ -44,6 +44,11 @@ def ids_checksum(ids: np.ndarray) -> str:
     return xxhash.xxh3_128(np.ascontiguousarray(ids, dtype="<i8").tobytes()).hexdigest()
 
 
+def nodes_named(spec: str, ids: np.ndarray) -> str:
+    """An output's "nodes" entry: how they were selected, how many, their checksum."""
+    return f"{spec} ({ids.size} ids, xxh3_128:{ids_checksum(ids)})"
+
+
 def rows_checksum(rows, chunk_rows: int = 1 << 16) -> str:
     """xxh3-128 of an array's rows in order (little-endian C order), read a chunk of rows at a time: a .npy map's
     or a zarr array's alike."""

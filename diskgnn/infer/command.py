@@ -30,7 +30,7 @@ from ..data.features import feature_source
 from ..data.files import file_checksum
 from ..data.format import open_dataset, read_manifest
 from ..data.hetero.format import is_hetero
-from ..data.resumable import Output, ids_checksum, kind_of, side
+from ..data.resumable import Output, kind_of, nodes_named, side
 from ..errors import ArgumentParser, DiskgnnError, UsageError
 from ..nn.inference import LayerWise
 from ..nn.models import layer_dims
@@ -196,7 +196,7 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     neighbours = "all (layer-wise, exact)" if args.fanouts is None else (
         f"sampled: fanouts {','.join(map(str, args.fanouts))}, seed {cfg.seed}, batches of {args.batch_size}")
     identity = {"checkpoint": file_checksum(path), "output": output, "layer": k, "neighbours": neighbours,
-                "nodes": f"{args.nodes} ({nodes.size} ids, xxh3_128:{ids_checksum(nodes)})"}
+                "nodes": nodes_named(args.nodes, nodes)}
     result = Output(out, shape, dtype, identity, args.batch_size)
     say = print if args.progress else None
     start = result.rows_done - result.rows_done % args.batch_size  # batches start where the first run's did

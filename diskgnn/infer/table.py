@@ -17,7 +17,7 @@ import torch
 
 from ..arrays import read_rows
 from ..data.features import AsFloat32, FeatureSource
-from ..data.resumable import Output, ids_checksum
+from ..data.resumable import Output, nodes_named
 from ..errors import DiskgnnError
 from ..store.journal import UndoJournal
 
@@ -39,7 +39,7 @@ def write_table(ds, workdir: Path, nodes: np.ndarray, out: Path, spec: str, batc
     """The learned values of `nodes` (selected by `spec`), from the table as last flushed."""
     records, meta, table = open_table(workdir, ds)
     identity = {"table": f"{table.with_name('table.json')} generation of {table.stat().st_mtime_ns}",
-                "output": "table", "nodes": f"{spec} ({nodes.size} ids, xxh3_128:{ids_checksum(nodes)})"}
+                "output": "table", "nodes": nodes_named(spec, nodes)}
     result = Output(out, (nodes.size, meta["dim"]), np.float32, identity, batch_size)
     for s in range(result.rows_done, nodes.size, batch_size):
         result.write(s, read_rows(records, nodes[s: s + batch_size])[:, : meta["dim"]].numpy())

@@ -113,12 +113,12 @@ class LayerWise:
         self.identity = {"model": model_checksum(model), "features": self.source.name,
                          "dataset": ds.manifest.get("manifest_checksum"), "hag": hag is not None}
         self.kept: list[Path] = []
-        self._random: dict = {}  # id(rows) -> (rows, their map for gathers)
+        self._gather_map: tuple = (None, None)  # (rows, their map for gathers) of the rows gathered last
 
     def _layer(self, i: int, block, h, decode, src, index) -> torch.Tensor:
-        if id(h) not in self._random:  # gathers read a page a row, not read_ahead_kb around each (data/format.py)
-            self._random = {id(h): (h, random_map(h))}
-        rows = read_rows(self._random[id(h)][1], positions(index, src))
+        if self._gather_map[0] is not h:  # gathers read a page a row, not read_ahead_kb around each (data/format.py)
+            self._gather_map = (h, random_map(h))
+        rows = read_rows(self._gather_map[1], positions(index, src))
         return self.model.layer(i, block.to(self.device), decode(rows.to(self.device))).float().cpu()
 
     def _width(self, i: int) -> int:

@@ -123,7 +123,7 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
     degrees = in_degrees(indptr, targets)
     bounds = blocks(degrees, grid, memory, width, out_width)
     for lo, hi in zip(bounds[:-1], bounds[1:]):
-        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], width, piece, index)
+        sums = _block_sums(indptr, indices, rows, decode, targets[lo:hi], degrees[lo:hi], width, piece, index)
         deg = torch.from_numpy(degrees[lo:hi].astype(np.float32)).unsqueeze(1)
         for s in range(lo, hi, grid):
             e = min(hi, s + grid)
@@ -138,9 +138,10 @@ def mean_layer_outputs(run, indptr: np.ndarray, indices: np.ndarray, rows: np.nd
         del sums, deg, block  # before the next block's are taken: two blocks' sums are twice the memory planned
 
 
-def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, width: int, piece: int, index) -> torch.Tensor:
-    """float32 sums of `rows` (decoded) over each target's in-neighbours, the input read forwards a piece at a time."""
-    counts = in_degrees(indptr, targets)
+def _block_sums(indptr, indices, rows, decode, targets: np.ndarray, counts: np.ndarray, width: int, piece: int,
+                index) -> torch.Tensor:
+    """float32 sums of `rows` (decoded) over each target's in-neighbours (`counts` of them), the input read forwards
+    a piece at a time."""
     # an edge is (its source's row << 32 | its destination's place): sorted in place, 8 bytes each, they come in
     # source order, a source's in destination order
     edges = np.empty(int(counts.sum()), dtype=np.int64)
