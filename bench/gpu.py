@@ -223,8 +223,10 @@ def profiled_epoch(data: Path, work: Path, options: dict, device: str = "cuda", 
         try:
             model, optimizer = run.model_and_optimizer()  # as diskgnn.train's
             run.train_epoch(model, optimizer, EpochState(0))
+            state = EpochState(1)
             with profile(activities=activities) as prof:
-                trained = len(run.train_epoch(model, optimizer, EpochState(1)))
+                run.train_epoch(model, optimizer, state)
+                trained = state.next_batch
                 if device == "cuda":
                     torch.cuda.synchronize()
         finally:

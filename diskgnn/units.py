@@ -1,6 +1,7 @@
-"""Byte sizes as users write them: 512MiB, 8GiB, 2GB, 4096."""
+"""Sizes and intervals as users write them: 512MiB, 8GiB, 2GB, 4096; 90s, 10min, 500 (batches)."""
 
 import re
+import time
 
 from .errors import DiskgnnError, UsageError
 
@@ -45,14 +46,30 @@ def parse_seconds(text: str) -> float | None:
     return float(m.group(1)) * _SECONDS[m.group(2)] if m and float(m.group(1)) > 0 else None
 
 
-def parse_interval(text: str) -> tuple[str, float] | None:
-    """--checkpoint-every: ("batches", N), ("seconds", S), or None (off)."""
+def parse_interval(text: str, flag: str = "--checkpoint-every") -> tuple[str, float] | None:
+    """--checkpoint-every, --val-every: ("batches", N), ("seconds", S), or None (off)."""
     t = str(text).strip().lower()
     if t in ("0", "off", "none"):
         return None
     if t.isdigit():
         return "batches", int(t)
     if parse_seconds(t) is None:
-        raise UsageError(f"--checkpoint-every {text}: expected a time such as 90s, 10min or 1h, a number of "
-                         "batches, or off")
+        raise UsageError(f"{flag} {text}: expected a time such as 90s, 10min or 1h, a number of batches, or off")
     return "seconds", parse_seconds(t)
+
+
+class Every:
+    """When something done inside an epoch is due again: every N batches (counted by the epoch's position) or S
+    seconds since it was last done (`done()`); never for None."""
+
+    def __init__(self, interval: tuple[str, float] | None):
+        self.interval, self.last = interval, time.monotonic()
+
+    def due(self, next_batch: int) -> bool:
+        if self.interval is None:
+            return False
+        kind, n = self.interval
+        return next_batch % n == 0 if kind == "batches" else time.monotonic() - self.last >= n
+
+    def done(self) -> None:
+        self.last = time.monotonic()

@@ -60,6 +60,10 @@ TRAIN_USAGE = [
     (["--memory-budget", "lots"], "--memory-budget lots: cannot read as a size"),
     (["--host-cache", "-1"], "--host-cache -1: cannot read as a size"),
     (["--checkpoint-every", "sometimes"], "--checkpoint-every sometimes: expected a time such as 90s"),
+    (["--val-every", "often"], "--val-every often: expected a time such as 90s"),
+    (["--val-every", "5", "--eval", "none"], "--val-every 5: nothing to validate with --eval none"),
+    (["--val-every", "2min", "--distributed", "independent"], "--val-every 2min: under --distributed, a number of "
+     "batches"),
     (["--summary-json", "/nonexistent/dir/s.json"], "--summary-json /nonexistent/dir/s.json: its directory"),
     (["--dropout", "1"], "--dropout 1.0: must be in [0, 1)"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),

@@ -147,9 +147,11 @@ class Pipeline:
                 if item is _DONE:
                     return
                 start = time.perf_counter()
-                yield item
-                timing.busy_s += time.perf_counter() - start
-                timing.items += 1
+                try:
+                    yield item
+                finally:  # a consumer that stops here (a validation inside the epoch) has consumed the item
+                    timing.busy_s += time.perf_counter() - start
+                    timing.items += 1
         finally:
             self.close()
 

@@ -242,8 +242,11 @@ class OfflineEpochs:
         return EpochFiles(samples, self.pack(self.rows(samples), f"epoch-{epoch:05d}.packs", self.recent))
 
     def files(self, epoch: int) -> EpochFiles:
-        """Epoch's files, waiting for the background preparation when it is running."""
+        """Epoch's files, waiting for the background preparation when it is running (not where they are made: a
+        pass that goes on mid-epoch, after a validation, does not wait for the next epoch's)."""
         key = 0 if self.spec.replay else epoch
+        if key in self._ready:
+            return self._ready[key]
         if self._thread is not None:
             self._thread.join()
             self._thread = None

@@ -121,6 +121,10 @@ class TrainConfig:
     checkpoint_every: str = field(default="10min", metadata={
         "help": "save a checkpoint during an epoch every so often: a time (90s, 10min, 1h) or a number of batches "
                 "(500); 0 or off: at epoch ends only"})
+    val_every: str = field(default="off", metadata={
+        "help": "validate during an epoch too, every so often: a number of batches (500) or a time (5min); the "
+                "epoch's batches stop for it (their pipeline's memory is the evaluation's) and go on after; off: at "
+                "epoch ends only"})
     distributed: str = field(default="none", metadata={
         "help": "under torchrun: independent (data parallel: each rank trains its own batches, gradients "
                 "all-reduced) or cooperative (the ranks share one batch of ranks x --batch-size seeds: each vertex "
@@ -263,6 +267,11 @@ class TrainConfig:
     def checkpoint_interval(self) -> tuple[str, float] | None:
         """("batches", N) or ("seconds", S) between mid-epoch checkpoints; None: at epoch ends only."""
         return parse_interval(self.checkpoint_every)
+
+    @property
+    def val_interval(self) -> tuple[str, float] | None:
+        """("batches", N) or ("seconds", S) between validations inside an epoch; None: at epoch ends only."""
+        return parse_interval(self.val_every, "--val-every")
 
     def validate(self) -> None:
         """Refuses a bad value in one line (validation.py), before any work."""

@@ -69,6 +69,8 @@ def _heterogeneous(cfg: TrainConfig) -> bool:
     hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
     if not hetero and cfg.per_relation:
         raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
+    if hetero and cfg.val_interval is not None:
+        raise UsageError(f"--val-every {cfg.val_every}: a heterogeneous run validates at epoch ends only, so far")
     if not hetero and cfg.model == "rgcn":
         raise UsageError("--model rgcn: needs a heterogeneous dataset (its relations)")
     return hetero
@@ -121,8 +123,9 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     data = run.loader
     model, optimizer = run.model_and_optimizer()
     checkpoints = Checkpoints(data.workdir / "checkpoints")
-    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": [], "wall_s_at_val": []}
-    best = {"val_acc": -1.0, "epoch": -1}
+    history = {"epoch_times_s": [], "train_loss": [], "val_acc_per_epoch": [], "wall_s_at_val": [],
+               "validations": []}
+    best = {"val_acc": -1.0, "epoch": -1, "batch": None}
     position = EpochState(0)
     resumed = _resume(cfg, checkpoints, model, optimizer, group) if cfg.resume else None
     if resumed is not None:
@@ -130,6 +133,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         # in them)
         history, best, data.accounting, position, table_state = resumed
         history.setdefault("wall_s_at_val", [None] * len(history["epoch_times_s"]))  # a checkpoint from before it
+        history.setdefault("validations", [])
     run.open_embeddings(table_state if resumed is not None else None)
     table = run.embeddings
 
@@ -146,25 +150,44 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         if table is not None:
             table.committed(table.generation + 1)
 
+    def validated(val: float, state: EpochState, end: bool) -> float:
+        """A validation's record, and best.pt where it is the best so far, with the table's generation the next
+        last.pt commits (diskgnn.infer checks it): inside an epoch, that last.pt is saved now. Returns the seconds
+        since the start it was done at."""
+        nonlocal best
+        at = time.monotonic() - started
+        history["validations"].append({"epoch": state.epoch, "batch": None if end else state.next_batch, "val": val,
+                                       "wall_s": at})
+        if val <= best["val_acc"]:  # nan (eval off) counts as better: the last epoch is then the best
+            return at
+        best = {"val_acc": val, "epoch": state.epoch, "batch": None if end else state.next_batch}
+        if group.leader:
+            table_at = {"embeddings": {"generation": table.generation + 1}} if table else {}
+            checkpoints.save("best", {"model": model.state_dict(), "epoch": state.epoch, "batch": best["batch"],
+                                      "dataset": data.ds.manifest.get("manifest_checksum"), **table_at})
+        if table is not None and not end:
+            save_last(state)
+        return at
+
+    def validate(state: EpochState) -> None:
+        val = run.evaluate(model, "val")
+        at = validated(val, state, end=False)
+        data.say(f"epoch {state.epoch}, batch {state.next_batch} of {data.num_batches}: val {run.task.metric} "
+                 f"{val:.4f} at {at:.1f} s")
+
     try:
         for epoch in range(position.epoch, cfg.epochs):
             raise_if_interrupted()
             state = position if position.epoch == epoch else EpochState(epoch)
-            run.train_epoch(model, optimizer, state, save_last)
+            run.train_epoch(model, optimizer, state, save_last, validate)
             loss_sum, seen = group.sum([state.loss_sum, state.seen])
             loss = loss_sum / max(1, seen)
             val = run.evaluate(model, "val")
             history["epoch_times_s"].append(state.elapsed_s)
             history["train_loss"].append(loss)
             history["val_acc_per_epoch"].append(val)
-            history["wall_s_at_val"].append(time.monotonic() - started)
+            history["wall_s_at_val"].append(validated(val, state, end=True))
             data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val {run.task.metric} {val:.4f}")
-            if not val <= best["val_acc"]:  # also true for the first epoch and when eval is off (nan)
-                best = {"val_acc": val, "epoch": epoch}
-                if group.leader:  # with the table's generation save_last is about to commit (diskgnn.infer checks it)
-                    table_at = {"embeddings": {"generation": table.generation + 1}} if table else {}
-                    checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch,
-                                              "dataset": data.ds.manifest.get("manifest_checksum"), **table_at})
             save_last(EpochState(epoch + 1))
         # The embedding table is the last epoch's, so its model is the one to test with it.
         if best["epoch"] >= 0 and table is None:
@@ -206,9 +229,12 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         # Seconds from the command's start (plan and offline phase included) to each epoch's validation, for
         # time to accuracy; after --resume, the earlier epochs' are the earlier command's.
         "wall_s_at_val": history["wall_s_at_val"],
+        # Every validation, --val-every's inside epochs too: epoch, batch (None: the epoch's end), metric, wall_s.
+        "validations": history["validations"],
         "wall_s": wall_s,
         f"val_{run.task.metric}": best["val_acc"],
         "best_epoch": best["epoch"],
+        "best_batch": best.get("batch"),  # None: at the epoch's end
         f"test_{run.task.metric}": test,
         **run.task.summary(run),
         # --embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled
@@ -226,7 +252,8 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
     if cfg.summary_json:
         write_atomic(Path(cfg.summary_json), text)
     result = run.task.result_line(run, test, best)
-    print(f"train: done: {result} at epoch {best['epoch']}; epoch times "
+    at = "" if best.get("batch") is None else f", batch {best['batch']}"
+    print(f"train: done: {result} at epoch {best['epoch']}{at}; epoch times "
           + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])
           + f" s; sample {summary['sample_s']:.1f} s, pack {summary['pack_s']:.1f} s; bottleneck "
           f"{summary['bottleneck']}; peak memory {format_size(summary['peak_anon_bytes'])} anonymous (budget "

@@ -24,6 +24,7 @@ from ..nn.models import GNN
 from ..offline.partitions import partition_rows
 from ..offline.placement import hottest_first
 from ..store.embeddings import EmbeddingTable
+from ..units import Every
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
@@ -138,22 +139,22 @@ class Run:
         return loss, 0, items
 
     def train_epoch(self, model, optimizer, state: EpochState,
-                    checkpoint: Callable[[EpochState], None] | None = None) -> Pass:
+                    checkpoint: Callable[[EpochState], None] | None = None,
+                    validate: Callable[[EpochState], None] | None = None) -> None:
         """Trains epoch `state.epoch` from batch `state.next_batch` on, updating `state` after each; calls
-        `checkpoint(state)` as often as --checkpoint-every says (not after the epoch's last batch: the epoch end
-        saves anyway). Returns the finished pass."""
-        cfg, interval = self.cfg, self.cfg.checkpoint_interval
-        epoch = self.loader.epoch(state.epoch, state.next_batch)
-        model.train()
+        `checkpoint(state)` as often as --checkpoint-every says and `validate(state)` as often as --val-every says
+        (neither after the epoch's last batch: the epoch end does both). A validation stops the pass first (its
+        pipeline's memory is the evaluation's, as at an epoch end), and a new pass goes on from the next batch;
+        its time is not the epoch's."""
+        cfg = self.cfg
         # Dropout masks depend on (seed, epoch), the batch and the node only (nn/dropout.py), so a resumed run
         # repeats them, and every rank draws the ones one process would for its rows.
         model.reseed(np.random.SeedSequence([cfg.seed, 17, state.epoch]))
         if state.dropout_rng is not None:
             model.dropout_state = state.dropout_rng
         start = time.perf_counter() - state.elapsed_s
-        saved = time.monotonic()
-        bar = tqdm(total=len(epoch), initial=state.next_batch, desc=f"epoch {state.epoch}", unit="batch",
-                   disable=not (cfg.progress and self.group.leader), dynamic_ncols=True, leave=True)
+        saves, checks = Every(cfg.checkpoint_interval if checkpoint else None), Every(
+            cfg.val_interval if validate else None)
         # The loss is summed on the device and read at the progress bar's pace: reading it every batch would
         # make the host wait for each step on a GPU.
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
@@ -161,7 +162,29 @@ class Run:
         def settle():
             state.loss_sum += float(loss_sum)
             loss_sum.zero_()
+            state.elapsed_s = time.perf_counter() - start
+            state.dropout_rng = model.dropout_state
 
+        bar = None
+        while True:
+            epoch = self.loader.epoch(state.epoch, state.next_batch)
+            bar = bar or tqdm(total=len(epoch), initial=state.next_batch, desc=f"epoch {state.epoch}", unit="batch",
+                              disable=not (cfg.progress and self.group.leader), dynamic_ncols=True, leave=True)
+            model.train()
+            if not self._train_pass(model, optimizer, epoch, state, loss_sum, bar, start, saves, checks, settle,
+                                    checkpoint):
+                break
+            settle()
+            validate(state)
+            checks.done()
+            start = time.perf_counter() - state.elapsed_s
+        settle()
+        bar.close()
+
+    def _train_pass(self, model, optimizer, epoch: Pass, state: EpochState, loss_sum, bar, start: float,
+                    saves: Every, checks: Every, settle, checkpoint) -> bool:
+        """Trains the pass's batches until its end (False) or until a validation is due (True)."""
+        cfg = self.cfg
         for i, mb in enumerate(epoch, start=state.next_batch):
             optimizer.zero_grad(set_to_none=True)
             loss, sent, items = self.step(model, mb)
@@ -178,18 +201,13 @@ class Run:
                 bar.set_postfix_str(f"loss {loss.item():.3f} rows from "
                                     + " ".join(f"{s.name} {s.hits / rows:.0%}" for s in stats)
                                     + f"; read {epoch.disk_bytes() / elapsed / 1e6:.0f} MB/s")
-            if checkpoint is not None and interval is not None and state.next_batch < len(epoch) and (
-                    state.next_batch % interval[1] == 0 if interval[0] == "batches"
-                    else time.monotonic() - saved >= interval[1]):
+            if state.next_batch < len(epoch) and saves.due(state.next_batch):
                 settle()
-                state.elapsed_s = time.perf_counter() - start
-                state.dropout_rng = model.dropout_state
                 checkpoint(state)
-                saved = time.monotonic()
-        settle()
-        bar.close()
-        state.elapsed_s = time.perf_counter() - start
-        return epoch
+                saves.done()
+            if state.next_batch < len(epoch) and checks.due(state.next_batch):
+                return True
+        return False
 
     @torch.no_grad()
     def evaluate(self, model, split: str) -> float:

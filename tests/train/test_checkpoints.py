@@ -91,8 +91,9 @@ def test_resume_under_other_options_is_refused(train_data, tmp_path):
 @pytest.mark.parametrize("text,interval", [("500", ("batches", 500)), ("90s", ("seconds", 90.0)),
                                            ("10min", ("seconds", 600.0)), ("1.5h", ("seconds", 5400.0)),
                                            ("off", None), ("0", None)])
-def test_checkpoint_every_reads_times_and_batches(text, interval):
+def test_checkpoint_and_val_every_read_times_and_batches(text, interval):
     assert resolve(["--checkpoint-every", text]).checkpoint_interval == interval
+    assert resolve(["--val-every", text]).val_interval == interval
 
 
 def test_a_second_run_in_the_same_workdir_is_refused_while_the_first_holds_it(train_data, tmp_path):

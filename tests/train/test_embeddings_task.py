@@ -86,8 +86,16 @@ def test_partitioned_epochs_learn_in_buffer_order(featureless, tmp_path, capsys)
     mrr = s["val_mrr_per_epoch"]
     assert mrr[-1] > mrr[0] and s["test_mrr"] > 3 * (1 / 101), s
     assert s["plan"]["embedding_buffer"] == [5, 2]
-    again = run(featureless, tmp_path / "again", "--embedding-partitions", "5", "--embedding-cache", "30000B")
+    # Validated inside its epochs too (--val-every): the same table and weights, and each best.pt names a table
+    # generation that a last.pt committed (the validation inside the epoch saved one).
+    again = run(featureless, tmp_path / "again", "--embedding-partitions", "5", "--embedding-cache", "30000B",
+                "--val-every", "20")
     assert np.array_equal(table(tmp_path / "p"), table(tmp_path / "again"))
+    a, b = (Checkpoints(tmp_path / w / "checkpoints").load("last")["model"] for w in ("p", "again"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert again["val_mrr_per_epoch"] == mrr and len(again["validations"]) > 3
+    best = max(again["validations"], key=lambda v: v["val"])
+    assert (again["best_epoch"], again["best_batch"]) == (best["epoch"], best["batch"])
 
 
 @pytest.mark.parametrize("optimizer,partitioned", [("adagrad", False), ("adam", False), ("adagrad", True)])

@@ -3,9 +3,11 @@
 import json
 
 import pytest
+import torch
 
 from diskgnn.data.format import open_dataset
 from diskgnn.errors import DiskgnnError
+from diskgnn.train.checkpoints import Checkpoints
 from diskgnn.train.loop import train
 
 from conftest import train_config as config
@@ -69,6 +71,28 @@ def test_resume_continues_to_the_same_result(train_data, tmp_path):
     resumed = train(config(train_data, tmp_path / "r", epochs=3, resume=True))
     assert resumed["train_loss"] == pytest.approx(straight["train_loss"], rel=1e-6)
     assert resumed["test_acc"] == straight["test_acc"]
+
+
+def test_validating_inside_epochs_changes_no_weight_and_keeps_the_best(train_data, tmp_path):
+    """--val-every 2: each epoch (5 batches) stops after batches 2 and 4 for a validation and goes on in a new pass:
+    the losses, weights and epoch-end validations are a run's without it, bit for bit (dropout's stream goes on
+    across the stop); every validation is recorded, and best.pt is the best of them all."""
+    plain = train(config(train_data, tmp_path / "p", dropout=0.5))
+    checked = train(config(train_data, tmp_path / "v", dropout=0.5, val_every="2"))
+    assert checked["train_loss"] == plain["train_loss"] and checked["val_acc_per_epoch"] == plain["val_acc_per_epoch"]
+    a, b = (Checkpoints(tmp_path / w / "checkpoints").load("last")["model"] for w in ("p", "v"))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert checked["stage_times_s"]["train"]["items"] == plain["stage_times_s"]["train"]["items"] == 10
+    found = [(v["epoch"], v["batch"]) for v in checked["validations"]]
+    assert found == [(0, 2), (0, 4), (0, None), (1, 2), (1, 4), (1, None)]
+    assert [v["val"] for v in checked["validations"] if v["batch"] is None] == plain["val_acc_per_epoch"]
+    times = [v["wall_s"] for v in checked["validations"]]
+    assert times == sorted(times) and [times[2], times[5]] == checked["wall_s_at_val"]
+    best = max(checked["validations"], key=lambda v: v["val"])  # the first of the best
+    assert checked["val_acc"] == best["val"] and (checked["best_epoch"], checked["best_batch"]) == (
+        best["epoch"], best["batch"])
+    saved = Checkpoints(tmp_path / "v" / "checkpoints").load("best")
+    assert (saved["epoch"], saved["batch"]) == (best["epoch"], best["batch"])
 
 
 @pytest.mark.parametrize("kw", [dict(sampling="replay", max_blowup=1.0), dict(model="gat", eval="full"),

@@ -15,7 +15,7 @@ from tqdm import tqdm
 from ...data.files import write_atomic
 from ...errors import raise_if_interrupted
 from ...memory import AnonPeak, peak_rss_bytes, process_age_s
-from ...units import format_size
+from ...units import Every, format_size
 from ..checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .run import HeteroRun
 
@@ -60,7 +60,6 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
                                   "embeddings": tables})
         run.tables.committed()
 
-    interval = cfg.checkpoint_interval
     for epoch in range(position.epoch, cfg.epochs):
         raise_if_interrupted()
         s = position if position.epoch == epoch else EpochState(epoch)
@@ -70,7 +69,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
         model.reseed(np.random.SeedSequence([cfg.seed, 17, epoch]))
         if s.dropout_rng is not None:
             model.dropout_state = s.dropout_rng
-        start, saved = time.perf_counter() - s.elapsed_s, time.monotonic()
+        start, saves = time.perf_counter() - s.elapsed_s, Every(cfg.checkpoint_interval)
         bar = tqdm(total=len(files), initial=s.next_batch, desc=f"epoch {epoch}", unit="batch",
                    disable=not cfg.progress, dynamic_ncols=True)
         for i, mb in enumerate(run.passes(files, run.fanouts, s.next_batch), start=s.next_batch):
@@ -81,12 +80,10 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
             s.seen += mb.num_seeds
             s.next_batch = i + 1
             bar.update(1)
-            if interval is not None and s.next_batch < len(files) and (
-                    s.next_batch % interval[1] == 0 if interval[0] == "batches"
-                    else time.monotonic() - saved >= interval[1]):
+            if s.next_batch < len(files) and saves.due(s.next_batch):
                 s.elapsed_s, s.dropout_rng = time.perf_counter() - start, model.dropout_state
                 save_last(s)
-                saved = time.monotonic()
+                saves.done()
         bar.close()
         s.elapsed_s = time.perf_counter() - start
         val = run.evaluate(model, "val")
