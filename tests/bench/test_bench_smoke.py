@@ -336,6 +336,8 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
     d, m = rows["diskgnn"], rows["marius"]
     assert d["status"] == "ok" and len(d["epoch_times_s"]) == 1 and 0 <= d["val_mrr_per_epoch"][0] <= 1, d
     assert d["wall_s_at_val"][0] > 0 and d["disk_written_bytes"] >= 0 and d["cgroup"]["returncode"] == 0
+    inside = [v for v in d["validations"] if v["batch"] is not None]  # --val-every 20 inside the epoch
+    assert inside and [v["batch"] for v in inside] == list(range(20, 20 * len(inside) + 1, 20)), d["validations"]
     assert m["status"] == "ok" and m["val_mrr_per_epoch"] == [0.0001] and m["test_mrr"] == 0.0002, m
     assert m["wall_s_at_val"] == [pytest.approx(m["export_s"] + 9.199)] and m["buffer_plan"]["buffer_capacity"] == 2
     assert m["test_hits@10"] == 0.01 and m["eval_s"] > 0 and "why" not in m, m
@@ -347,8 +349,9 @@ def test_link_bench_smoke(tmp_path, monkeypatch):
     exported = np.fromfile(tmp_path / "work" / "marius-1GiB" / "edges" / "validation_edges.bin", "<i4")
     assert exported.size == 2 * min(2000, len(held_out))  # the first --eval-edges held-out edges, int32 pairs
     comparison = saved["caps"]["1GiB"]["comparison"]
-    assert comparison["common_target"] == min(d["val_mrr_per_epoch"][0], 0.0001) == result["caps"]["1GiB"][
-        "comparison"]["common_target"]
+    assert comparison["common_target"] == min(max(v["val"] for v in d["validations"]), 0.0001) == result["caps"][
+        "1GiB"]["comparison"]["common_target"]
+    assert comparison["at_epoch_ends"]["common_target"] == min(d["val_mrr_per_epoch"][0], 0.0001)
 
 
 def test_infer_bench_smoke(tmp_path):
