@@ -19,7 +19,7 @@ def validate(cfg) -> None:
         if choices and value not in choices:
             raise UsageError(f"--{f.name.replace('_', '-')} {value}: expected one of {', '.join(choices)}"
                              + closest(str(value), choices))
-    # noqa: B018 - each refuses a bad value now, not an epoch in
+    # each property refuses a bad value now, not an epoch in
     cfg.checkpoint_interval, cfg.val_interval, cfg.dist_timeout_s  # noqa: B018
     if cfg.val_interval is not None and cfg.eval == "none":
         raise UsageError(f"--val-every {cfg.val_every}: nothing to validate with --eval none")
