@@ -47,6 +47,10 @@ ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8  # torch.optim.SparseAdam's defaults
 INIT_BLOCK = 1 << 16  # rows initialised per random stream (the table is the same whatever the memory)
 WRITE_QUEUE = 2  # batches of rows waiting for the writer at most: bounds the memory they take
 FLUSH_BYTES = 16 << 20  # dirty hot rows written (and their pre-images journaled) at a time
+# Clean rows written with the dirty ones around them, rather than a write each side of them: a row of 64 values
+# and Adagrad's state is 260 bytes, and the page cache writes whole 4 KiB pages anyway (a flush of a 2 GiB
+# buffer after 200 batches of the 9M-node table made a million 260-byte writes, 4.7 s of 5.6).
+GAP_ROWS = 16
 
 
 def state_width(dim: int, optimizer: str) -> int:
@@ -78,6 +82,21 @@ def init_rows(seed: int, first: int, count: int, dim: int, state: int = 1) -> np
         block = np.random.default_rng([seed, 23, b]).standard_normal((hi - b * INIT_BLOCK, dim), np.float32)
         out[lo - first: hi - first, :dim] = block[lo - b * INIT_BLOCK: hi - b * INIT_BLOCK] / np.float32(np.sqrt(dim))
     return out
+
+
+def coalesced(dirty: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Buffer positions `dirty` (sorted) with the clean positions between two of them added where fewer than
+    GAP_ROWS lie between and their row ids `ids[position]` run on across the gap: each such run is then one
+    write (a clean row holds what the file holds)."""
+    if dirty.size < 2:
+        return dirty
+    gap = np.diff(dirty)
+    fill = (gap > 1) & (gap <= GAP_ROWS) & (np.diff(ids[dirty]) == gap)
+    counts = gap[fill] - 1
+    if counts.size == 0:
+        return dirty
+    within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    return np.union1d(dirty, np.repeat(dirty[:-1][fill], counts) + 1 + within)
 
 
 def adagrad(records: torch.Tensor, grad: torch.Tensor, lr: float, step: int = 0) -> None:
@@ -294,7 +313,8 @@ class EmbeddingTable:
         if self.held[block] < 0:
             return
         span = self._block(block)
-        ids, dirty = self.hot_ids[span], np.flatnonzero(self.hot_dirty[span])
+        ids = self.hot_ids[span]
+        dirty = coalesced(np.flatnonzero(self.hot_dirty[span]), ids)
         step = max(1, FLUSH_BYTES // self.row_bytes)
         for part in (dirty[i: i + step] for i in range(0, dirty.size, step)):
             self._write(ids[part], self.hot[span][torch.from_numpy(part)].numpy())
@@ -374,7 +394,7 @@ class EmbeddingTable:
         table as the checkpoint about to be saved has it."""
         self._todo.join()
         self._raise_failed()
-        dirty = np.flatnonzero(self.hot_dirty)
+        dirty = coalesced(np.flatnonzero(self.hot_dirty), self.hot_ids)
         step = max(1, FLUSH_BYTES // self.row_bytes)
         for part in (dirty[i: i + step] for i in range(0, dirty.size, step)):
             self._write(self.hot_ids[part], self.hot[torch.from_numpy(part)].numpy())
