@@ -96,7 +96,11 @@ def coalesced(dirty: np.ndarray, ids: np.ndarray) -> np.ndarray:
     if counts.size == 0:
         return dirty
     within = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
-    return np.union1d(dirty, np.repeat(dirty[:-1][fill], counts) + 1 + within)
+    lo = int(dirty[0])
+    taken = np.zeros(int(dirty[-1]) - lo + 1, bool)  # a mask: np.union1d took 4 s for 1M of 3.6M rows
+    taken[dirty - lo] = True
+    taken[np.repeat(dirty[:-1][fill], counts) + 1 + within - lo] = True
+    return np.flatnonzero(taken) + lo
 
 
 def adagrad(records: torch.Tensor, grad: torch.Tensor, lr: float, step: int = 0) -> None:
