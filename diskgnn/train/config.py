@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..io.reader import BACKENDS
 from ..loading.hag import MODES as HAG_MODES
 from ..nn.link import DECODERS, LOSSES
-from ..store.embeddings import OPTIMIZERS
+from ..store.records import OPTIMIZERS
 from ..nn.models import MODELS
 from ..offline.link_batches import LinkSpec
 from ..offline.sample import SAMPLERS, Sampler

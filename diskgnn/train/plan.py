@@ -27,7 +27,7 @@ from ..distributed.cooperative import OwnedRows
 from ..offline.epochs import EpochSpec
 from ..offline.partitions import buffer_plan
 from ..offline.sample import topology_bytes
-from ..store.embeddings import row_bytes as embedding_row_bytes
+from ..store.records import row_bytes as embedding_row_bytes
 from ..store.uva import HostGather, host_gather
 from ..target import target_for
 from ..units import format_size

@@ -12,7 +12,8 @@ import torch
 from diskgnn.errors import DiskgnnError
 from diskgnn.store import embeddings as emb_mod
 from diskgnn.offline.partitions import partition_rows
-from diskgnn.store.embeddings import GAP_ROWS, EmbeddingTable, adagrad, coalesced, init_rows
+from diskgnn.store.embeddings import EmbeddingTable
+from diskgnn.store.records import GAP_ROWS, adagrad, coalesced, init_rows
 
 LR = 0.05
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...store.embeddings import EmbeddingTable, row_bytes, working_bytes
+from ...store.embeddings import EmbeddingTable, working_bytes
+from ...store.records import row_bytes
 
 
 class HeteroTables:
