@@ -86,16 +86,16 @@ def test_partitioned_epochs_learn_in_buffer_order(featureless, tmp_path, capsys)
     mrr = s["val_mrr_per_epoch"]
     assert mrr[-1] > mrr[0] and s["test_mrr"] > 3 * (1 / 101), s
     assert s["plan"]["embedding_buffer"] == [5, 2]
-    # Validated inside its epochs too (--val-every): the same table and weights, and each best.pt names a table
-    # generation that a last.pt committed (the validation inside the epoch saved one).
+    # Validated inside its epochs too (--val-every): the same table and weights; best.pt stays an epoch end's (it
+    # names a table generation, which only a checkpoint commits)
     again = run(featureless, tmp_path / "again", "--embedding-partitions", "5", "--embedding-cache", "30000B",
                 "--val-every", "20")
     assert np.array_equal(table(tmp_path / "p"), table(tmp_path / "again"))
     a, b = (Checkpoints(tmp_path / w / "checkpoints").load("last")["model"] for w in ("p", "again"))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert again["val_mrr_per_epoch"] == mrr and len(again["validations"]) > 3
-    best = max(again["validations"], key=lambda v: v["val"])
-    assert (again["best_epoch"], again["best_batch"]) == (best["epoch"], best["batch"])
+    inside = [v for v in again["validations"] if v["batch"] is not None]
+    assert again["val_mrr_per_epoch"] == mrr and len(inside) >= 3 and {v["batch"] for v in inside} == {20, 40}
+    assert (again["best_epoch"], again["best_batch"]) == (int(np.argmax(mrr)), None) and again["val_mrr"] == max(mrr)
 
 
 @pytest.mark.parametrize("optimizer,partitioned", [("adagrad", False), ("adam", False), ("adagrad", True)])
