@@ -9,8 +9,7 @@ newest first:
 - the hot rows, held in memory for the run: the rows the known future reads most (the access counts of
   epoch 0's offline samples, as for the feature tiers), updated in memory and written at checkpoints; or,
   partitioned (`use_partitions`: MariusGNN's buffer, offline/partitions.py), the rows of the partitions the
-  current buffer state holds, each partition read whole when it enters (the writer thread journals its
-  pre-images from the file meanwhile, before it can leave) and its dirty rows written back when it leaves;
+  current buffer state holds, each partition read whole when it enters and written back when it leaves;
 - rows waiting to be written: a batch's updated cold rows, queued to the writer thread, read from the
   queue until their write is done (so a batch never reads an older copy than the step before wrote);
 - the table file, read through the page cache (the writes go there, and O_DIRECT reads would each wait
@@ -30,7 +29,6 @@ import os
 import queue
 import threading
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -166,33 +164,9 @@ class EmbeddingTable:
         """Journals the rows' pre-images (`current`: their bytes on disk) not yet logged this interval."""
         fresh = ~self.logged[ids]
         if fresh.any():
-            self._journal(ids[fresh], current if fresh.all() else current[fresh])
+            self.journal.append(ids[fresh], current if fresh.all() else current[fresh])
+            self.stats["journal_bytes"] += int(fresh.sum()) * (8 + self.row_bytes)
             self.logged[ids[fresh]] = True
-
-    def _journal(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        self.journal.append(ids, rows)
-        self.stats["journal_bytes"] += int(ids.size) * (8 + self.row_bytes)
-
-    def _pread(self, first: int, out: np.ndarray) -> None:
-        """`out` (bytes, whole rows) read from row `first` on, in one call; a short read is refused."""
-        done = guard_io(self.path, lambda: os.preadv(self.fd, [out], first * self.row_bytes))
-        if done != out.nbytes:
-            raise DiskgnnError(f"{self.path}: {done} of {out.nbytes} bytes read at row {first}: the table is short")
-        self.stats["bytes_read"] += out.nbytes
-
-    def _log_from_table(self, fresh: np.ndarray) -> None:
-        """The writer's part of a partition's entry: rows `fresh` (sorted) journaled as the table holds them, read
-        back a chunk at a time. Their rows on disk stay as they are until the partition leaves the buffer,
-        which waits for this (hold joins the writer first), so no copy of them waits in memory meanwhile."""
-        step = max(1, FLUSH_BYTES // self.row_bytes)
-        at = 0
-        while at < fresh.size:
-            lo = int(fresh[at])
-            end = int(np.searchsorted(fresh, lo + step))
-            rows = np.empty((int(fresh[end - 1]) - lo + 1, self.row_bytes), np.uint8)
-            self._pread(lo, rows)
-            self._journal(fresh[at:end], rows[fresh[at:end] - lo])
-            at = end
 
     def _write(self, ids: np.ndarray, rows: np.ndarray) -> None:
         """Journals the pre-images of rows not yet logged this interval, then writes the rows in place. Row by row,
@@ -208,24 +182,21 @@ class EmbeddingTable:
         self._pwrite(ids, rows)
 
     def _write_loop(self) -> None:
-        while (job := self._todo.get()) is not None:
+        while (seq := self._todo.get()) is not None:
+            ids, rows = self._queued[seq]
             try:
                 if self._error is None:  # after a failure, nothing more is written: the journal ends there
-                    job()
+                    start = time.perf_counter()
+                    self._write(ids, rows)
+                    self.stats["write_s"] += time.perf_counter() - start
+                    with self._lock:
+                        done = ids[self.queued_at[ids] == seq]
+                        self.queued_at[done] = -1
+                        del self._queued[seq]
             except BaseException as e:  # reported to the training thread at its next call
                 self._error = e
             finally:
                 self._todo.task_done()
-
-    def _write_queued(self, seq: int) -> None:
-        ids, rows = self._queued[seq]
-        start = time.perf_counter()
-        self._write(ids, rows)
-        self.stats["write_s"] += time.perf_counter() - start
-        with self._lock:
-            done = ids[self.queued_at[ids] == seq]
-            self.queued_at[done] = -1
-            del self._queued[seq]
 
     def _raise_failed(self) -> None:
         if self._error is not None:
@@ -252,7 +223,7 @@ class EmbeddingTable:
     def hold(self, partitions) -> None:
         """Makes the buffer hold `partitions` (at most its capacity): each one it lacks takes the block of one it
         holds but is not asked for, whose dirty rows are written back first, then is read whole, its rows'
-        pre-images journaled by the writer meanwhile where this interval has not logged them."""
+        pre-images journaled as they arrive where this interval has not logged them."""
         wanted = set(partitions)
         missing = [p for p in partitions if p not in self.held]
         if not missing:
@@ -261,11 +232,8 @@ class EmbeddingTable:
         self._todo.join()  # nothing queued is newer than what is read now
         self._raise_failed()
         free = [k for k, p in enumerate(self.held) if p not in wanted]
-        # every leaving block written back before any entry is read: the writer journals what enters, and the
-        # journal takes one thread's entries at a time
-        for block in free[: len(missing)]:
-            self._evict(block)
         for part, block in zip(missing, free):
+            self._evict(block)
             self._load(part, block)
         self.stats["buffer_s"] += time.perf_counter() - start
 
@@ -288,20 +256,21 @@ class EmbeddingTable:
     def _load(self, part: int, block: int) -> None:
         first = part * self.part_rows
         count = max(0, min(self.num_nodes, first + self.part_rows) - first)
-        rows = self.hot.numpy()[self._block(block)][:count].view(np.uint8)
+        rows = self.hot.numpy()[self._block(block)][:count]
+        view = rows.view(np.uint8).reshape(-1)
         step = max(1, FLUSH_BYTES // self.row_bytes)
-        for at in range(0, count, step):  # sequential reads into the buffer itself
-            self._pread(first + at, rows[at: at + step])
-        # The pre-images of the rows this interval has not logged, journaled by the writer while training goes on
-        # (synchronously, 3.1 s of the 14 s of 300 batches of the 9M-node table under 1110 MiB).
-        fresh = first + np.flatnonzero(~self.logged[first: first + count])
-        if fresh.size:
-            self.logged[fresh] = True
-            self._todo.put(partial(self._log_from_table, fresh))
+        for at in range(0, count, step):  # sequential reads into the buffer itself, pre-images journaled
+            chunk = view[at * self.row_bytes: (at + step) * self.row_bytes]
+            done = guard_io(self.path, lambda: os.preadv(self.fd, [chunk], (first + at) * self.row_bytes))
+            if done != chunk.size:
+                raise DiskgnnError(f"{self.path}: {done} of {chunk.size} bytes read at row {first + at}: the table "
+                                   "is short")
+            self._log(np.arange(first + at, first + at + chunk.size // self.row_bytes), rows[at: at + step])
         span = self._block(block)
         self.hot_ids[span.start: span.start + count] = np.arange(first, first + count)
         self.slot[first: first + count] = np.arange(span.start, span.start + count, dtype=np.int32)
         self.held[block] = part
+        self.stats["bytes_read"] += view.size
         self.stats["partitions_read"] += 1
 
     def gather(self, ids: np.ndarray) -> torch.Tensor:
@@ -351,7 +320,7 @@ class EmbeddingTable:
             self._queued[self._seq] = (qids, qrows)
             self.queued_at[qids] = self._seq
         start = time.perf_counter()
-        self._todo.put(partial(self._write_queued, self._seq))
+        self._todo.put(self._seq)
         self.stats["write_wait_s"] += time.perf_counter() - start
 
     # -- checkpoints -------------------------------------------------------------------------------
