@@ -18,9 +18,10 @@ DISKGNN_MARIUS; its partition buffer sized for the cap by bench.peers.marius), e
 of CAP (page cache included). Per run: epoch times, val MRR after each epoch with the wall time it was reached
 at (the offline phase included: diskgnn's bucketing and sampling inside its run, MariusGNN's export before
 it; MariusGNN's models are ranked after its run, outside the cap, as bench.peers.marius_link says why, at the
-time its epoch's training ended), test MRR and Hits@10, the disk's bytes read and written over the run (the device's counters, after a
-sync), the cgroup's peak. Then per cap: each system's best val MRR and the time it took, and both systems' time
-to the lower of the two, over every validation and over the epoch ends' only. Where the protocols still differ is in docs/peers.md ("Link prediction").
+time its epoch's training ended), test MRR and Hits@10, the disk's bytes read and written over the run (the
+device's counters, after a sync), the cgroup's peak. Then per cap: each system's best val MRR and the time it
+took, and both systems' time to the lower of the two, over every validation and over the epoch ends' only.
+Where the protocols still differ is in docs/peers.md ("Link prediction").
 """
 
 from __future__ import annotations
@@ -130,17 +131,17 @@ def rank_marius(args, work: Path, cap: str, row: dict) -> dict:
     return {**row, **found}
 
 
-def validations(row: dict) -> list[tuple[float, float]]:
-    """The row's (val MRR, seconds from the start) of every validation: diskgnn's inside epochs too, MariusGNN's
-    after each epoch."""
-    if row.get("validations"):
+def validations(row: dict, inside: bool = True) -> list[tuple[float, float]]:
+    """The row's (val MRR, seconds from the start) of every validation: diskgnn's inside epochs too (unless not
+    `inside`), MariusGNN's after each epoch."""
+    if inside and row.get("validations"):
         return [(v["val"], v["wall_s"]) for v in row["validations"]]
     return list(zip(row.get("val_mrr_per_epoch", []), row.get("wall_s_at_val", [])))
 
 
-def time_to(row: dict, target: float) -> float | None:
+def time_to(row: dict, target: float, inside: bool = True) -> float | None:
     """Seconds until the row's val MRR first reached `target` (None: never)."""
-    for mrr, at in validations(row):
+    for mrr, at in validations(row, inside):
         if mrr is not None and at is not None and mrr >= target:
             return at
     return None
@@ -155,10 +156,9 @@ def compare(rows: list[dict]) -> dict:
     if len(done) > 1:
         common = min(best.values())
         out.update(common_target=common, time_to_common_s={r["system"]: time_to(r, common) for r in done})
-        ends = [{**r, "validations": None} for r in done]
-        common = min(max(r["val_mrr_per_epoch"]) for r in ends)
-        out["at_epoch_ends"] = {"common_target": common, "time_to_common_s": {r["system"]: time_to(r, common)
-                                                                              for r in ends}}
+        common = min(max(r["val_mrr_per_epoch"]) for r in done)
+        out["at_epoch_ends"] = {"common_target": common,
+                                "time_to_common_s": {r["system"]: time_to(r, common, inside=False) for r in done}}
     return out
 
 
