@@ -16,10 +16,11 @@ On W1's recipe at --nodes, in one run:
   at a --budget host budget with each
   device cache of --device-caches (the host tiers by the CPU's gather), then at the second of them with
   `--zero-copy on` and `auto`, at `auto` with `--precision bf16` and with sq8 features (the variant written
-  first by `python -m diskgnn.quantize`, timed), and with every row in GPU memory; per run the epoch, ms per
-  batch, each stage's busy and wait time, the GPU's busy share, bytes read, the host's anonymous peak against
-  the budget, and the epoch against the all-in-GPU one and against the disk floor (bytes read / the sequential
-  bandwidth);
+  first by `python -m diskgnn.quantize`, timed), and with every row in GPU memory, its step eager
+  (`--cuda-graphs off`) and captured (the default); per run the epoch, ms per batch, each stage's busy and wait
+  time, the GPU's busy share, the step (replays of its CUDA graph, or eager), bytes read, the host's anonymous
+  peak against the budget, and the epoch against the all-in-GPU one (captured) and against the disk floor (bytes
+  read / the sequential bandwidth);
 - torch.profiler over diskgnn's own training epoch (Run.train_epoch, every row in GPU memory, after an epoch of
   warm-up): the training thread's top host ops by self CPU time per batch, in OUT's stem + .profile.txt (the
   top 10 in the JSON and the report): where a batch's host time goes when the GPU waits for it.
@@ -156,6 +157,7 @@ def runs(budget: str, caches: list[str]) -> dict[str, dict]:
     auto = {"memory_budget": budget, "device_cache": mid, "zero_copy": "auto"}
     out[f"{budget} host, device cache {mid}, zero copy auto, bf16"] = {**auto, "precision": "bf16"}
     out[f"{budget} host, device cache {mid}, zero copy auto, {QUANTIZED} features"] = {**auto, "features": QUANTIZED}
+    out["every row in GPU memory, CUDA graphs off"] = {**ALL_IN_GPU, "cuda_graphs": "off"}
     out["every row in GPU memory"] = ALL_IN_GPU
     return out
 
@@ -201,7 +203,8 @@ def epoch(data: Path, work: Path, name: str, options: dict, features_bytes: int,
                                              for k, v in s["stage_times_s"].items()},
             "bottleneck": s["bottleneck"], "gpu_busy": gpu.result, "disk_bytes_read": s["disk_bytes_read"],
             "peak_anon_bytes": s["peak_anon_bytes"], "budget_bytes": parse_size(options["memory_budget"]),
-            "host_gather": s["host_gather"], "tiers": s["tiers"], "plan": s["plan"], "cold_cache": cold is None}
+            "host_gather": s["host_gather"], "step": s["step"], "tiers": s["tiers"], "plan": s["plan"],
+            "cold_cache": cold is None}
 
 
 def profiled_epoch(data: Path, work: Path, options: dict, device: str = "cuda", batches: int = 20):
@@ -293,12 +296,12 @@ def table(r: dict) -> str:
     lines += ["", f"The start-up calibration (`--zero-copy auto`): zero copy {c['zero_copy_gb_per_s']:.1f} GB/s, the "
               f"CPU's gather and copy {c['cpu_gather_gb_per_s']:.1f} GB/s.{quantize_line(r.get('quantize'))}", "",
               "| diskgnn.train --device cuda, one epoch | epoch s | ms/batch | x all-in-GPU | x disk floor | "
-              "read GB | host peak / budget | GPU busy | stages busy/wait (s) |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "read GB | host peak / budget | GPU busy | step | stages busy/wait (s) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
     ceiling = r["epochs"].get("every row in GPU memory", {}).get("epoch_s")
     for name, v in r["epochs"].items():
         if "error" in v:
-            lines.append(f"| {name} | failed: {v['error'][0]} | | | | | | | |")
+            lines.append(f"| {name} | failed: {v['error'][0]} | | | | | | | | |")
             continue
         floor_s = v["disk_bytes_read"] / 1e9 / floor["gb_per_s"] if floor["gb_per_s"] else None
         busy = v["gpu_busy"].get("mean_percent")
@@ -306,10 +309,18 @@ def table(r: dict) -> str:
                  cell(ceiling and v["epoch_s"] / ceiling, ".2f"), cell(floor_s and v["epoch_s"] / floor_s, ".2f"),
                  f"{v['disk_bytes_read'] / 1e9:.2f}",
                  f"{format_size(v['peak_anon_bytes'])} / {format_size(v['budget_bytes'])}",
-                 f"{busy:.0f} %" if busy is not None else "-",
+                 f"{busy:.0f} %" if busy is not None else "-", step_cell(v["step"]),
                  ", ".join(f"{k} {t['busy_s']:.1f}/{t['wait_s']:.1f}" for k, t in v["stages_s"].items())]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines + profile_lines(r.get("profile"))) + "\n"
+
+
+def step_cell(step: dict) -> str:
+    """A run's step: replays of its captured graph (and its eager warm-up batches), or eager and why."""
+    if "replays" not in step:
+        return step["line"].removeprefix("step: ")
+    failed = f"; capture failed: {step['capture_failed']}" if "capture_failed" in step else ""
+    return f"graph: {step['replays']} replays, {step['eager']} eager, {step['captures']} captures{failed}"
 
 
 def quantize_line(q: dict | None) -> str:

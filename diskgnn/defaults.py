@@ -135,6 +135,11 @@ ZERO_COPY_CALIBRATION_ROWS = _knob("ZERO_COPY_CALIBRATION_ROWS", 40960, "int",
 ZERO_COPY_MARGIN = _knob("ZERO_COPY_MARGIN", 1.05, "float",
                          "--zero-copy auto: zero copy is taken where it measured at least this many times "
                          "the CPU gather's speed")
+GRAPH_BUCKET_GROWTH = _knob("GRAPH_BUCKET_GROWTH", 1.1, "float",
+                            "--cuda-graphs: a batch that does not fit the captured step's shapes grows them to "
+                            "this many times its own (a new capture)")
+GRAPH_WARMUP = _knob("GRAPH_WARMUP", 2, "int",
+                     "--cuda-graphs: batches of a new bucket trained eagerly before the step is captured")
 
 # -- the native reader (io_uring / pread) ----------------------------------------------------------
 QUEUE_DEPTH = _knob("QUEUE_DEPTH", 64, "int",

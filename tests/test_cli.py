@@ -66,6 +66,8 @@ TRAIN_USAGE = [
      "batches"),
     (["--summary-json", "/nonexistent/dir/s.json"], "--summary-json /nonexistent/dir/s.json: its directory"),
     (["--dropout", "1"], "--dropout 1.0: must be in [0, 1)"),
+    (["--cuda-graphs", "on", "--device", "cpu"], "--cuda-graphs on: no CUDA device (a step is captured on a GPU"),
+    (["--cuda-graphs", "sometimes"], "--cuda-graphs sometimes: expected one of auto, on, off"),
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["--sampling"], "argument --sampling: expected one argument"),
 ]

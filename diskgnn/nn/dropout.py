@@ -123,9 +123,10 @@ class Dropout(nn.Module):
     def forward(self, h: torch.Tensor, relu: bool = False, rows: tuple | None = None, kernels=None) -> torch.Tensor:
         """Dropout of h, or of ReLU(h) with relu. `rows`: (salt, node ids of h's rows) to key each row's mask by
         its node (the module's docstring); None: the stream's next draws. `kernels`: a target's (the batch's
-        blocks carry them), whose `dropout` draws the same node-keyed masks where h is."""
+        blocks carry them), whose `dropout` draws the same node-keyed masks where h is, from the epoch's key and
+        the salt."""
         if kernels is not None and rows is not None and self.training and self.p > 0:
-            return kernels.dropout(h, self.p, mix(self.key, *rows[0]), rows[1], relu)
+            return kernels.dropout(h, self.p, self.key, rows[0], rows[1], relu)
         if not self.training or self.p == 0 or h.device.type != "cpu" or h.dtype not in (torch.float32,
                                                                                           torch.bfloat16):
             h = F.relu(h) if relu else h

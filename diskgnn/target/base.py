@@ -52,7 +52,8 @@ class Target:
         """bf16 autocast on this target's device, or nothing."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)
 
-    def optimizer(self, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    def optimizer(self, params, lr: float, weight_decay: float = 0.0,
+                  capturable: bool = False) -> torch.optim.Optimizer:
         raise NotImplementedError
 
     def device_ids(self, local_rank: int) -> list[int] | None:

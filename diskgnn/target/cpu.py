@@ -24,7 +24,8 @@ class CpuTarget(Target):
 
         return HostAssembly()
 
-    def optimizer(self, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    def optimizer(self, params, lr: float, weight_decay: float = 0.0,
+                  capturable: bool = False) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay)
 
     def use_bf16(self) -> None:

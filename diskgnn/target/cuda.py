@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from ..loading.aggregate import CsrSum
-from ..nn.dropout import row_positions
+from ..nn.dropout import mix, row_positions
 from .base import Target, salt_of
-from .keyed_dropout import KeyedDropout
+from .keyed_dropout import KeyedDropout, key_tensor
 from .record import BatchRecord, device_block
 
 
@@ -35,12 +35,16 @@ class CudaKernels:
         """CsrSum (loading/aggregate.py) over the matrices the block was made with, on whichever device h is."""
         return CsrSum.apply(h, block, scale, self_loop)
 
-    @staticmethod
-    def dropout(h: torch.Tensor, p: float, key: int, ids, relu: bool) -> torch.Tensor:
-        """Dropout keyed by the rows' node ids (a device tensor, or numpy for blocks made on the host)."""
+    def dropout(self, h: torch.Tensor, p: float, key: int, salt: tuple, ids, relu: bool) -> torch.Tensor:
+        """Dropout keyed by the rows' node ids (a device tensor, or numpy for blocks made on the host) under the
+        epoch's `key` mixed with the batch's `salt`."""
         bases = ids * (h.shape[-1] + h.shape[-1] % 2) if isinstance(ids, torch.Tensor) else \
             torch.from_numpy(row_positions(ids, h.shape[-1])).to(h.device)
-        return KeyedDropout.apply(h, p, key, bases, relu)
+        return KeyedDropout.apply(h, p, self.key(key, salt, h.device), bases, relu)
+
+    def key(self, key: int, salt: tuple, device) -> torch.Tensor:
+        """The masks' key on the device: mixed on the host here, filled there."""
+        return key_tensor(mix(key, *salt), device)
 
 
 class CudaTarget(Target):
@@ -60,9 +64,12 @@ class CudaTarget(Target):
     def device_ids(self, local_rank: int) -> list[int]:
         return [local_rank]
 
-    def optimizer(self, params, lr: float, weight_decay: float = 0.0) -> torch.optim.Optimizer:
-        """Adam's update for every parameter in one fused kernel (torch's fused Adam), not a loop of them."""
-        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True)
+    def optimizer(self, params, lr: float, weight_decay: float = 0.0,
+                  capturable: bool = False) -> torch.optim.Optimizer:
+        """Adam's update for every parameter in one fused kernel (torch's fused Adam), not a loop of them;
+        `capturable`: its step counts on the device, as a captured step (graphed.py) needs them."""
+        return torch.optim.Adam(params, lr=lr, weight_decay=weight_decay, fused=True,
+                                capturable=capturable and self.device.type == "cuda")
 
     def prepare(self, batch, labels, share=None, hag=None):
         from ..loading.loaders import MiniBatch

@@ -1,9 +1,12 @@
 // keep_mask: which elements dropout keeps, keyed by each row's stream position (keyed_dropout.py; the same
-// draws as native/dropout.h's dropout_pair). One thread an element, grid-strided; rows of `width` elements.
+// draws as native/dropout.h's dropout_pair). One thread an element, grid-strided; rows of `width` elements. The
+// key is read from device memory, so that a captured step's replays draw each batch's own masks.
 #include <cstdint>
 
 extern "C" __global__ void keep_mask(const long long* __restrict__ bases, long long n, long long width,
-                                     unsigned long long key, unsigned int threshold, bool* __restrict__ out) {
+                                     const long long* __restrict__ key_at, unsigned int threshold,
+                                     bool* __restrict__ out) {
+  const unsigned long long key = static_cast<unsigned long long>(*key_at);
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
     const unsigned long long pos = static_cast<unsigned long long>(bases[i / width] + i % width);

@@ -6,7 +6,9 @@ ones; it is kept where the draw is at least p * 2^32 (rounded). A node's mask is
 the column), so a GPU run drops exactly what a CPU run drops for the same batch, and a resumed epoch repeats
 it. `keep_mask` is one operator (torch.library): a CUDA kernel (keyed_dropout.cu, compiled by CuPy) on a GPU,
 the same arithmetic in torch's int64 operations elsewhere (wrapping multiplies, shifts made logical by a mask),
-which the tests check bit for bit against the native kernel.
+which the tests check bit for bit against the native kernel. Its key is a device scalar, read by the kernel: a
+captured step (graphed.py) mixes it there from the epoch's key and the batch's first seed (`device_mix`), so that
+replays draw each batch's masks without the host.
 """
 
 from __future__ import annotations
@@ -41,13 +43,27 @@ def _shr(z: torch.Tensor, s: int) -> torch.Tensor:
     return (z >> s) & ((1 << (64 - s)) - 1)  # int64's >> is arithmetic: clear what the sign shifted in
 
 
-def reference_mask(bases: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
-    """bool[rows, width]: element c of row r kept (torch's integer operations; any device)."""
-    pairs = (bases // 2).unsqueeze(1) + torch.arange((width + 1) // 2, device=bases.device)
-    z = pairs * GOLDEN + _signed(key)
+def _finalised(z: torch.Tensor) -> torch.Tensor:
+    """splitmix64's finaliser on int64 tensors (hashing.py's, wrapping)."""
     z = (z ^ _shr(z, 30)) * MIX1
     z = (z ^ _shr(z, 27)) * MIX2
-    z = z ^ _shr(z, 31)
+    return z ^ _shr(z, 31)
+
+
+def device_mix(key: torch.Tensor, *words) -> torch.Tensor:
+    """nn/dropout.py's `mix` where `key` is an int64 scalar tensor and `words` ints or int64 scalar tensors: the
+    same 64-bit key, computed where the tensors are."""
+    for w in words:
+        step = (w + 1) * GOLDEN if isinstance(w, torch.Tensor) else _signed((w + 1) * hashing.GOLDEN)
+        key = _finalised(key + step)
+    return key
+
+
+def reference_mask(bases: torch.Tensor, width: int, key, p: float) -> torch.Tensor:
+    """bool[rows, width]: element c of row r kept (torch's integer operations; any device). `key`: an int, or an
+    int64 scalar tensor holding its pattern."""
+    pairs = (bases // 2).unsqueeze(1) + torch.arange((width + 1) // 2, device=bases.device)
+    z = _finalised(pairs * GOLDEN + (key if isinstance(key, torch.Tensor) else _signed(key)))
     draws = torch.stack([z & 0xFFFFFFFF, _shr(z, 32)], 2).reshape(bases.numel(), 2 * pairs.shape[1])[:, :width]
     return draws >= threshold(p)
 
@@ -60,13 +76,14 @@ def _kernel():
 
 
 @torch.library.custom_op("diskgnn::keep_mask", mutates_args=())
-def keep_mask(bases: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
-    """bool[rows, width]: which of each row's elements dropout keeps (`key` a 64-bit pattern as int64)."""
+def keep_mask(bases: torch.Tensor, width: int, key: torch.Tensor, p: float) -> torch.Tensor:
+    """bool[rows, width]: which of each row's elements dropout keeps (`key`: an int64 scalar tensor on bases'
+    device, the 64-bit key's pattern)."""
     return reference_mask(bases, width, key, p)
 
 
 @keep_mask.register_kernel("cuda")
-def _keep_mask_cuda(bases: torch.Tensor, width: int, key: int, p: float) -> torch.Tensor:
+def _keep_mask_cuda(bases: torch.Tensor, width: int, key: torch.Tensor, p: float) -> torch.Tensor:
     import cupy
 
     out = torch.empty((bases.numel(), width), dtype=torch.bool, device=bases.device)
@@ -76,7 +93,7 @@ def _keep_mask_cuda(bases: torch.Tensor, width: int, key: int, p: float) -> torc
         blocks = min(65535, -(-n // THREADS))
         with stream:
             _kernel()((blocks,), (THREADS,), (bases.contiguous().data_ptr(), cupy.int64(n), cupy.int64(width),
-                                              cupy.uint64(key & _MASK64), cupy.uint32(threshold(p)), out.data_ptr()))
+                                              key.data_ptr(), cupy.uint32(threshold(p)), out.data_ptr()))
     return out
 
 
@@ -85,13 +102,19 @@ def _(bases, width, key, p):
     return bases.new_empty((bases.numel(), width), dtype=torch.bool)
 
 
+def key_tensor(key: int, device) -> torch.Tensor:
+    """A 64-bit key as keep_mask takes it, made on `device` by a fill (no copy from the host)."""
+    return torch.full((), _signed(key), dtype=torch.int64, device=device)
+
+
 class KeyedDropout(torch.autograd.Function):
     """h (or ReLU(h)) with the elements the keyed mask drops zeroed, the rest scaled by 1/(1-p); backward by the
     same mask (saved as the output's sign with relu, as the native kernel's backward reads it)."""
 
     @staticmethod
     def forward(ctx, h, p, key, bases, relu):
-        keep = keep_mask(bases, h.shape[1], _signed(key), p)
+        """`key`: an int64 scalar tensor on h's device (`key_tensor`)."""
+        keep = keep_mask(bases, h.shape[1], key, p)
         if relu:
             keep = keep & (h > 0)
         ctx.save_for_backward(keep)

@@ -73,6 +73,11 @@ class TrainConfig:
         "help": "with CUDA, host tier rows gathered by the GPU itself from mapped pinned memory (PyTorch-Direct; "
                 "needs CuPy): auto (where it can, else CPU gather + pinned copy, and the plan says why), on, off",
         "choices": ("auto", "on", "off")})
+    cuda_graphs: str = field(default="auto", metadata={
+        "help": "with CUDA, the train step captured as a CUDA graph and replayed per batch (shapes padded to a "
+                "bucket): auto (where the run allows it: node classification, no --embeddings, no --distributed; a "
+                "failed capture falls back to eager steps, said once), on (refused where it cannot), off",
+        "choices": ("auto", "on", "off")})
     sampler: str = field(default="neighbor", metadata={
         "help": "neighbor: node-wise uniform; labor: LABOR-0, one variate per vertex shared by a batch's seeds "
                 "(fewer distinct vertices per batch)", "choices": SAMPLERS})

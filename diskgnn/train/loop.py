@@ -69,6 +69,8 @@ def _heterogeneous(cfg: TrainConfig) -> bool:
     hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
     if not hetero and cfg.per_relation:
         raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
+    if hetero and cfg.cuda_graphs == "on":
+        raise UsageError("--cuda-graphs on: a heterogeneous run's step is eager, so far")
     if hetero and cfg.val_interval is not None:
         raise UsageError(f"--val-every {cfg.val_every}: a heterogeneous run validates at epoch ends only, so far")
     if not hetero and cfg.model == "rgcn":
@@ -222,6 +224,7 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "peak_rss_bytes": peak_rss_bytes(),
         "peak_anon_bytes": memory.peak_bytes,
         "precision": run.precision,
+        "step": run.step_stats,  # the step captured as a CUDA graph or eager, why, and (graphed) how often each
         "resumed": resumed,
         "task": cfg.task,
         "train_loss": history["train_loss"],

@@ -29,6 +29,7 @@ from ..offline.partitions import buffer_plan
 from ..offline.sample import topology_bytes
 from ..store.records import row_bytes as embedding_row_bytes
 from ..store.uva import HostGather, host_gather
+from ..target.graphed import StepChoice, choose
 from ..target import target_for
 from ..units import format_size
 from .config import TrainConfig
@@ -94,6 +95,7 @@ class Plan:
     device: str
     precision: Precision  # the step's (--precision auto resolved for the device)
     host_gather: HostGather  # with a device: zero copy or the CPU's gather of host tiers' rows, and why
+    step: StepChoice  # the train step captured as a CUDA graph or eager, and why
     sampling: Sampling
     features: str  # the stored rows' name: fp32 or a quantized spec
     features_file: str
@@ -242,13 +244,25 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
         dataset=str(ds.path), num_nodes=ds.num_nodes, num_edges=ds.num_edges, feature_dim=ds.feature_dim,
         feature_dtype=ds.feature_dtype.name, splits=cfg.task_spec.splits(ds),
         budget_text=cfg.memory_budget, budget=cfg.budget_bytes, device=device, precision=precision,
-        host_gather=gather(), sampling=cfg.sampling_mode, features=source.name,
+        host_gather=gather(), step=choose(cfg.cuda_graphs, device, _uncapturable(cfg)),
+        sampling=cfg.sampling_mode, features=source.name,
         features_file=source.path.name, features_fidelity=source.fidelity, row_bytes=source.row_bytes,
         raw_row_bytes=ds.row_bytes, embedding_dim=cfg.embeddings,
         workload=f"sampling {cfg.sampling}" + (f" ({_sampler_text(cfg)})" if cfg.sampler != "neighbor" else "")
                  + f"; model {cfg.model} (fanouts {cfg.fanouts}, batch {cfg.batch_size}, hidden {cfg.hidden})"
                  + cfg.task_spec.workload_text(),
         recent_batches=cfg.recent_window, **sizes)
+
+
+def _uncapturable(cfg: TrainConfig) -> str | None:
+    """Why this run's train step cannot be captured as a CUDA graph (target/graphed.py), or None."""
+    if cfg.task != "node":
+        return f"--task {cfg.task}: its loss reads each batch's own edges and negatives"
+    if cfg.embeddings:
+        return "--embeddings: the table's rows are gathered and stepped on the host each batch"
+    if cfg.distributed != "none":
+        return f"--distributed {cfg.distributed}: its collectives are not captured"
+    return None
 
 
 def _sizes(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str, world: int,

@@ -35,6 +35,7 @@ def plan_lines(plan) -> list[str]:
                       "among them"))
     if target_for(plan.device).device_tier:
         out.append(f"plan: {plan.host_gather.line}")
+        out.append(f"plan: {plan.step.line}")
     if plan.sampling.online:
         out.append("plan: online sampling: no placement (future accesses unknown); every row is read from "
                    f"{plan.features_file}")
@@ -85,7 +86,7 @@ def eval_line(cfg, sets: dict, chunk: int | None) -> str:
 def plan_dict(plan) -> dict:
     """summary.json's "plan"."""
     d = {"device": plan.device, "precision": plan.precision, "host_gather": plan.host_gather.line,
-         "host_gather_calibration": plan.host_gather.measured,
+         "host_gather_calibration": plan.host_gather.measured, "step": plan.step.line,
          "features": plan.features, "row_bytes": plan.row_bytes, "feature_bytes": plan.feature_bytes,
          "memory_budget_bytes": plan.budget, "tier_budgets": dict(plan.tiers), "tier_rows": plan.tier_rows,
          "working_set_bytes": plan.working_set, "read_depth": plan.read_depth,

@@ -20,10 +20,12 @@ from tqdm import tqdm
 
 from ..distributed import cooperative
 from ..distributed.group import Group
+from ..errors import DiskgnnError
 from ..nn.models import GNN
 from ..offline.partitions import partition_rows
 from ..offline.placement import hottest_first
 from ..store.embeddings import EmbeddingTable
+from ..target.graphed import CaptureFailed, GraphedStep
 from ..units import Every
 from .checkpoints import EpochState
 from .config import TrainConfig
@@ -55,6 +57,8 @@ class Run:
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
         self.embeddings: EmbeddingTable | None = None  # --embeddings: the table (open_embeddings)
+        self.graphed: GraphedStep | None = None  # the captured step, where the plan took one (model_and_optimizer)
+        self.step_stats = {"line": self.loader.plan.step.line}  # summary.json's "step": captures, replays, eager
 
     def model_and_optimizer(self) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
         """The run's model, seeded, on its device (with --task link its decoder as a submodule: optimised and
@@ -65,7 +69,12 @@ class Run:
         if cfg.distribution.independent:
             self.ddp = torch.nn.parallel.DistributedDataParallel(
                 model, device_ids=self.target.device_ids(self.group.local_rank))
-        return model, self.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay)
+        graphed = self.loader.plan.step.graphed
+        optimizer = self.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay, capturable=graphed)
+        if graphed:
+            self.graphed = GraphedStep(model, optimizer, self.device, self.precision.bf16, capture=True,
+                                       stats=self.step_stats)
+        return model, optimizer
 
     def open_embeddings(self, resumed: dict | None) -> None:
         """--embeddings: the run's table in WORKDIR/embeddings, new (a fresh run) or rolled back to the
@@ -138,6 +147,25 @@ class Run:
         self._embedding_step(mb, trained)
         return loss, 0, items
 
+    def train_step(self, model, optimizer, mb) -> tuple[torch.Tensor, int, int]:
+        """One batch trained, the optimizer's step included: by the captured step where the plan took one and
+        the batch came with its record (target/graphed.py), else eagerly (`step`). A capture that fails ends the
+        captured steps: with --cuda-graphs on the run stops saying why, with auto it says why once and goes on."""
+        if self.graphed is not None and mb.record is not None:
+            try:
+                loss, items = self.graphed(mb)
+                return loss, 0, items
+            except CaptureFailed as e:
+                if self.cfg.cuda_graphs == "on":
+                    raise DiskgnnError(f"--cuda-graphs on: the train step could not be captured: {e}") from None
+                self.loader.say(f"plan: step: eager from here on: its capture failed ({e})")
+                self.step_stats["capture_failed"] = str(e)
+                self.graphed = None
+        optimizer.zero_grad(set_to_none=True)
+        loss, sent, items = self.step(model, mb)
+        optimizer.step()
+        return loss, sent, items
+
     def train_epoch(self, model, optimizer, state: EpochState,
                     checkpoint: Callable[[EpochState], None] | None = None,
                     validate: Callable[[EpochState], None] | None = None) -> None:
@@ -186,9 +214,7 @@ class Run:
         """Trains the pass's batches until its end (False) or until a validation is due (True)."""
         cfg = self.cfg
         for i, mb in enumerate(epoch, start=state.next_batch):
-            optimizer.zero_grad(set_to_none=True)
-            loss, sent, items = self.step(model, mb)
-            optimizer.step()
+            loss, sent, items = self.train_step(model, optimizer, mb)
             state.next_batch = i + 1
             self.exchange_bytes += sent
             loss_sum += loss.detach().double() * items

@@ -35,11 +35,14 @@ def test_gpu_bench_smoke(tmp_path):
     assert set(epochs) == {"3GiB host, device cache 0", "3GiB host, device cache 1MiB", "3GiB host, device cache all",
                            "3GiB host, device cache 1MiB, zero copy on", "3GiB host, device cache 1MiB, zero copy auto",
                            "3GiB host, device cache 1MiB, zero copy auto, bf16",
-                           "3GiB host, device cache 1MiB, zero copy auto, sq8 features", "every row in GPU memory"}
+                           "3GiB host, device cache 1MiB, zero copy auto, sq8 features",
+                           "every row in GPU memory, CUDA graphs off", "every row in GPU memory"}
     for name, v in epochs.items():
         assert "error" not in v, (name, v)
         assert v["batches"] > 0 and v["peak_anon_bytes"] <= v["budget_bytes"], (name, v)
         assert all(t["busy_s"] >= 0 and t["wait_s"] >= 0 for t in v["stages_s"].values()), (name, v)
+    assert epochs["every row in GPU memory"]["step"]["replays"] > 0, epochs["every row in GPU memory"]["step"]
+    assert epochs["every row in GPU memory, CUDA graphs off"]["step"] == {"line": "step: eager (--cuda-graphs off)"}
     on = epochs["3GiB host, device cache 1MiB, zero copy on"]
     assert on["host_gather"].startswith("host tiers: zero copy") and on["tiers"]["host"]["hits"] > 0
     assert result["quantize"]["seconds"] > 0, result["quantize"]
@@ -57,13 +60,15 @@ def test_the_report_and_the_epoch_runner_work_without_a_gpu(tmp_path, train_data
     mid = "2GiB host, device cache 256MiB"
     assert list(runs) == ["2GiB host, device cache 0", mid, "2GiB host, device cache all", f"{mid}, zero copy on",
                           f"{mid}, zero copy auto", f"{mid}, zero copy auto, bf16",
-                          f"{mid}, zero copy auto, sq8 features", "every row in GPU memory"]
+                          f"{mid}, zero copy auto, sq8 features", "every row in GPU memory, CUDA graphs off",
+                          "every row in GPU memory"]
     assert runs[f"{mid}, zero copy auto, bf16"] == {"memory_budget": "2GiB", "device_cache": "256MiB",
                                                     "zero_copy": "auto", "precision": "bf16"}
     assert runs[f"{mid}, zero copy auto, sq8 features"]["features"] == "sq8"
     one = gpu.epoch(train_data, tmp_path, "2GiB host, device cache 0",
                     {"memory_budget": "2GiB", "device_cache": "0", "zero_copy": "off"}, 1 << 20, device="cpu")
     assert "error" not in one, one
+    assert one["step"] == {"line": "step: eager (no CUDA device)"}
     assert one["batches"] > 0 and one["epoch_s"] > 0 and 0 < one["peak_anon_bytes"] <= one["budget_bytes"]
     floor = gpu.disk_floor(train_data / "features.bin")
     assert floor["gb_per_s"] > 0 or floor["bytes"] == 0
@@ -79,6 +84,9 @@ def test_the_report_and_the_epoch_runner_work_without_a_gpu(tmp_path, train_data
     row = next(line for line in text.splitlines() if line.startswith("| 2GiB host, device cache 0 |"))
     assert row.split(" | ")[3] == "2.00"  # against the all-in-GPU epoch
     assert "| failed | failed: it broke |" in text and "zero copy 40.0 GB/s" in text
+    assert row.split(" | ")[8] == "eager (no CUDA device)"
+    assert gpu.step_cell({"line": "step: a CUDA graph", "replays": 9, "eager": 2, "captures": 1}) == \
+        "graph: 9 replays, 2 eager, 1 captures"
     assert row.split(" | ")[-1] == ", ".join(f"{k} {v['busy_s']:.1f}/{v['wait_s']:.1f}"
                                              for k, v in one["stages_s"].items()) + " |"
     assert set(one["stages_s"]) >= {"train"}
@@ -115,7 +123,8 @@ def test_a_small_or_empty_file_has_a_floor_and_a_zero_floor_prints_a_dash(tmp_pa
         tiny.write_bytes(bytes(n))
         assert gpu.disk_floor(tiny)["bytes"] == 0 and gpu.disk_floor(tiny)["gb_per_s"] == 0
     v = {"epoch_s": 2.0, "ms_per_batch": 4.0, "disk_bytes_read": 10**9, "peak_anon_bytes": 1 << 30,
-         "budget_bytes": 2 << 30, "gpu_busy": {}, "stages_s": {"read": {"busy_s": 1.2, "wait_s": 0.3}}}
+         "budget_bytes": 2 << 30, "gpu_busy": {}, "stages_s": {"read": {"busy_s": 1.2, "wait_s": 0.3}},
+         "step": {"line": "step: eager (--cuda-graphs off)"}}
     result = {"command": "c", "gpu": "g", "machine": {"summary": "m"}, "dataset": "d", "h2d_gb_per_s": 0.0,
               "disk_floor": {**floor, "gb_per_s": 0.0}, "cuda_context_bytes": 0,
               "gathers": {"cpu": {"ms_per_batch": 2.0, "cpu_ms_per_batch": 3.0, "rows_per_batch": 4e4, "gb_per_s": 10},

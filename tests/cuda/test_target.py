@@ -8,7 +8,7 @@ import torch
 
 from diskgnn.offline.pack import PackFile
 from diskgnn.store.uva import why_not
-from diskgnn.target.keyed_dropout import _signed, keep_mask, reference_mask
+from diskgnn.target.keyed_dropout import keep_mask, key_tensor, reference_mask
 
 from conftest import every_tier
 
@@ -22,9 +22,9 @@ def test_the_dropout_kernel_equals_the_reference(width):
     ids = torch.tensor([5, 0, 199, 5, 123456789], dtype=torch.int64)
     bases = ids * (width + width % 2)
     for key in (1, 0xDEADBEEFCAFEF00D):
-        got = keep_mask(bases.cuda(), width, _signed(key), 0.3).cpu()
+        got = keep_mask(bases.cuda(), width, key_tensor(key, "cuda"), 0.3).cpu()
         assert torch.equal(got, reference_mask(bases, width, key, 0.3))
-    assert keep_mask(bases[:0].cuda(), width, 1, 0.3).shape == (0, width)
+    assert keep_mask(bases[:0].cuda(), width, key_tensor(1, "cuda"), 0.3).shape == (0, width)
 
 
 @needs_gpu

@@ -21,7 +21,7 @@ from diskgnn.store.store import FeatureStore
 from diskgnn.store.tiers import load_tiers
 from diskgnn.target.cpu import CpuTarget
 from diskgnn.target.cuda import CudaTarget
-from diskgnn.target.keyed_dropout import KeyedDropout, _signed, keep_mask, reference_mask
+from diskgnn.target.keyed_dropout import KeyedDropout, _signed, device_mix, keep_mask, key_tensor, reference_mask
 from diskgnn.target.record import BatchRecord, device_block
 
 from conftest import CASES, every_tier
@@ -39,12 +39,21 @@ def test_keyed_masks_are_the_native_kernels_bit_for_bit(width, p):
     for relu in (False, True):
         want = native_dropout(h, p, key, 0, relu=relu, bases=bases.numpy())
         x = h.clone().requires_grad_()
-        got = KeyedDropout.apply(x, p, key, bases, relu)
+        got = KeyedDropout.apply(x, p, key_tensor(key, "cpu"), bases, relu)
         assert torch.equal(got, want)
         got.backward(torch.ones_like(got))
         assert torch.equal(x.grad, (want != 0).float() / (1 - p) * (1 if not relu else (h > 0).float()))
-    assert torch.equal(keep_mask(bases, width, _signed(key), p), reference_mask(bases, width, key, p))
-    assert keep_mask(bases[:0], width, 1, p).shape == (0, width)
+    assert torch.equal(keep_mask(bases, width, key_tensor(key, "cpu"), p), reference_mask(bases, width, key, p))
+    assert keep_mask(bases[:0], width, key_tensor(1, "cpu"), p).shape == (0, width)
+
+
+@pytest.mark.parametrize("key", [0, 1, 0xDEADBEEF, (1 << 64) - 1, 1 << 63])
+def test_keys_mixed_on_the_device_are_the_hosts(key):
+    """A captured step's keys (the epoch's key and the batch's first seed as device scalars) are mix's."""
+    for words in [(), (7,), (123456789, 1), ((1 << 40) + 3, 2), (0, 0)]:
+        as_tensors = [torch.tensor(words[0])] + list(words[1:]) if words else []
+        got = device_mix(key_tensor(key, "cpu"), *as_tensors)
+        assert got.dtype == torch.int64 and int(got) == _signed(mix(key, *words)), words
 
 
 def _batch(shapes_seed: int, empty_block: bool = False) -> Batch:

@@ -290,7 +290,9 @@ def test_with_a_device_the_host_holds_only_the_slabs_and_the_plan_gives_the_rest
     cpu_host_side = cpu.working_set - (TRAIN_BASE_RSS + ds.num_nodes * 13 + PACK_MEMORY + pack_plan_bytes(ds, cfg, rows))
     assert cpu_host_side > slabs  # the CPU's step keeps its input, activations and the recent rows on the host
     assert gpu.tiers["device"] == 1 << 20 and gpu.host_gather is gather and gpu.precision == "bf16"
-    assert plan_lines(gpu)[-2] == "plan: host tiers: as given" and "device cuda" in plan_lines(gpu)[2]
+    assert plan_lines(gpu)[-3] == "plan: host tiers: as given" and "device cuda" in plan_lines(gpu)[2]
+    assert plan_lines(gpu)[-2].startswith("plan: step: a CUDA graph (--cuda-graphs auto)") and gpu.step.graphed
+    assert not cpu.step.graphed
     free = 3 << 30
     assert gpu.tiers["host"] == min(ds.num_nodes * ds.row_bytes, (free - gpu.working_set) // 2)
 

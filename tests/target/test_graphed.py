@@ -1,0 +1,129 @@
+"""The captured step's padding (diskgnn/target/graphed.py), run eagerly with a CPU standing in for the device: it
+trains to the eager unpadded step's losses and weights over batches of awkward and growing shapes (a seed without
+neighbours, an empty block, one seed, duplicate neighbours), and the plan decides --cuda-graphs as documented. The
+capture and its replays are tested on a GPU (tests/cuda/test_cuda_graphs.py)."""
+
+import copy
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from diskgnn.errors import UsageError
+from diskgnn.nn.models import GNN
+from diskgnn.offline.sample import Batch, Block, sample_epoch
+from diskgnn.target.cuda import CudaTarget
+from diskgnn.target.graphed import Bucket, GraphedStep, choose
+from diskgnn.target.record import BatchRecord, device_block
+
+STAND_IN = CudaTarget("cpu")
+
+
+def _minibatch(batch: Batch, labels: np.ndarray, x: torch.Tensor):
+    """What the CUDA target's transfer gives the step: the record, and the rows, labels, ids and blocks on the
+    device (here: views of the record on the host)."""
+    record = BatchRecord.of(batch, labels[batch.seeds])
+    y, nodes, parts = record.split(torch.from_numpy(record.words))
+    blocks = [device_block(p, i, nd, ns, STAND_IN.kernels) for (p, i), (nd, ns, _) in zip(parts, record.shapes)]
+    salt = (int(batch.nodes[0]),) if batch.num_seeds else (0,)
+    return SimpleNamespace(record=record, x=x, labels=y, node_ids=nodes, blocks=blocks, salt=salt)
+
+
+def _odd_batches(dim: int, classes: int):
+    """Two-layer batches over 1,000 nodes with the shapes a bucket must pad: a seed without neighbours and a
+    duplicate neighbour; an outer block without edges; a single seed."""
+    rng = np.random.default_rng(5)
+    out = []
+    for seeds, mid, src, empty in [(3, 11, 29, False), (3, 11, 29, True), (1, 4, 9, False)]:
+        counts = np.zeros(seeds, np.int32)
+        counts[1:] = rng.integers(1, 4, seeds - 1)
+        inner_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        inner = rng.integers(0, mid, int(inner_ptr[-1])).astype(np.int32)
+        outer_counts = np.zeros(mid, np.int32) if empty else rng.integers(0, 4, mid).astype(np.int32)
+        outer_ptr = np.concatenate([[0], np.cumsum(outer_counts)]).astype(np.int32)
+        outer = rng.integers(0, src, int(outer_ptr[-1])).astype(np.int32)
+        outer[:2] = outer[0] if outer.size >= 2 else outer[:2]
+        nodes = rng.permutation(1000)[:src].astype(np.int64)
+        batch = Batch(0, nodes, [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)], seeds)
+        out.append((batch, torch.randn(src, dim, generator=torch.Generator().manual_seed(src))))
+    labels = np.arange(1000) % classes
+    return [_minibatch(b, labels, x) for b, x in out]
+
+
+def _eager_step(model, optimizer, mb):
+    optimizer.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(mb.blocks, mb.x, (mb.salt, mb.node_ids)).float(), mb.labels)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+@pytest.mark.parametrize("kind", ["sage", "gcn", "gat"])
+def test_the_padded_step_trains_as_the_eager_one(train_data, kind):
+    from diskgnn.data.format import open_dataset
+
+    ds = open_dataset(train_data)
+    sf = sample_epoch(ds, train_data.parent / f"graphed-{kind}.samples", fanouts=[5, 3], batch_size=48, seed=0,
+                      epoch=0)
+    labels, features = np.asarray(ds.labels), np.asarray(ds.features)
+    real = [_minibatch(sf[i], labels, torch.from_numpy(features[sf[i].nodes])) for i in range(len(sf))]
+    odd = _odd_batches(ds.feature_dim, ds.num_classes)
+    # small first, so that the bucket grows; the epoch's last (smaller) batch; one-seed and empty-block ones later
+    batches = [odd[2], real[-1], *real[:4], odd[0], odd[1], real[4], odd[2]]
+    torch.manual_seed(0)
+    eager = GNN(kind, ds.feature_dim, 16, ds.num_classes, 2, 0.5).train()
+    padded = copy.deepcopy(eager)
+    eager.reseed(3)
+    padded.reseed(3)
+    opt_e, opt_p = (STAND_IN.optimizer(m.parameters(), 0.01, 1e-4) for m in (eager, padded))
+    step = GraphedStep(padded, opt_p, torch.device("cpu"), bf16=False, capture=False)
+    for i, mb in enumerate(batches):
+        want = _eager_step(eager, opt_e, mb)
+        got, seeds = step(mb)
+        assert seeds == mb.labels.numel()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=f"batch {i}")
+        assert step.bucket.holds(mb.record)
+    for (name, a), b in zip(eager.named_parameters(), padded.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5, msg=name)
+    assert step.stats["eager"] == len(batches) and step.stats["captures"] == step.stats["replays"] == 0
+    assert 2 <= step.stats["buckets"] < len(batches)  # grown from the one-seed batch, then kept
+    # a new epoch's key reaches the masks: the padded step drops what the eager one does
+    eager.reseed(4)
+    padded.reseed(4)
+    torch.testing.assert_close(step(real[0])[0], _eager_step(eager, opt_e, real[0]), rtol=1e-5, atol=1e-6)
+
+
+def test_a_bucket_grows_to_hold_each_batch_and_keeps_room_for_padding_edges():
+    def record(nodes, *blocks):  # blocks: (num_dst, num_src, edges), model order
+        return BatchRecord(None, blocks[-1][0], nodes, tuple(blocks))
+
+    a = record(40, (12, 40, 30), (3, 12, 9))
+    bucket = Bucket(0, ()).grown(a, 1.1)
+    assert bucket.holds(a) and bucket.nodes >= 40 and all(d > nd for (d, _), (nd, _, _) in
+                                                          zip(bucket.blocks, a.shapes))
+    src = [s for _, s, _ in bucket.shapes()]
+    assert src[0] == bucket.nodes and src[1] == bucket.blocks[0][0]
+    assert all(d <= s for (d, s, _) in bucket.shapes())
+    assert Bucket(40, ((12, 30), (3, 9))).holds(a)  # every dimension exact: nothing to pad
+    assert Bucket(40, ((13, 31), (3, 9))).holds(a)  # block 0's padding edges go to its padded row
+    assert not Bucket(40, ((12, 31), (3, 9))).holds(a)  # padding edges but no padded row to take them
+    b = record(50, (60 // 5, 50, 80), (3, 12, 9))
+    grown = bucket.grown(b, 1.1)
+    assert grown.holds(a) and grown.holds(b) and grown.blocks[1] == bucket.blocks[1]
+    one = record(2, (1, 2, 0), (1, 1, 0))  # a batch of one seed without neighbours
+    assert Bucket(0, ()).grown(one, 1.1).holds(one)
+
+
+def test_cuda_graphs_is_decided_once_by_the_plan():
+    assert choose("auto", "cuda", None).graphed and choose("on", "cuda", None).graphed
+    assert not choose("off", "cuda", None).graphed
+    why = choose("auto", "cuda", "--task link: its loss reads each batch's own edges and negatives")
+    assert not why.graphed and why.line == "step: eager (--task link: its loss reads each batch's own edges and " \
+                                           "negatives)"
+    assert not choose("auto", "cpu", None).graphed
+    with pytest.raises(UsageError, match="--cuda-graphs on: no CUDA device"):
+        choose("on", "cpu", None)
+    with pytest.raises(UsageError, match="--cuda-graphs on: --embeddings"):
+        choose("on", "cuda", "--embeddings: the table's rows are gathered and stepped on the host each batch")
