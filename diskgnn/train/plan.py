@@ -256,11 +256,11 @@ def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, 
 
 def _uncapturable(cfg: TrainConfig) -> str | None:
     """Why this run's train step cannot be captured as a CUDA graph (target/graphed.py), or None."""
-    if cfg.task != "node":
-        return f"--task {cfg.task}: its loss reads each batch's own edges and negatives"
+    if cfg.task_spec.uncaptured:
+        return f"--task {cfg.task}: {cfg.task_spec.uncaptured}"
     if cfg.embeddings:
         return "--embeddings: the table's rows are gathered and stepped on the host each batch"
-    if cfg.distributed != "none":
+    if cfg.distribution.independent or cfg.distribution.cooperative:
         return f"--distributed {cfg.distributed}: its collectives are not captured"
     return None
 

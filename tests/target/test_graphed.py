@@ -127,3 +127,16 @@ def test_cuda_graphs_is_decided_once_by_the_plan():
         choose("on", "cpu", None)
     with pytest.raises(UsageError, match="--cuda-graphs on: --embeddings"):
         choose("on", "cuda", "--embeddings: the table's rows are gathered and stepped on the host each batch")
+
+
+def test_the_plan_says_why_a_run_steps_eagerly(train_data, tmp_path):
+    from diskgnn.train.plan import _uncapturable
+
+    from conftest import train_config
+
+    assert _uncapturable(train_config(train_data, tmp_path)) is None
+    assert _uncapturable(train_config(train_data, tmp_path, task="link")) == \
+        "--task link: its loss reads each batch's own edges and negatives"
+    assert _uncapturable(train_config(train_data, tmp_path, embeddings=8)).startswith("--embeddings: ")
+    assert _uncapturable(train_config(train_data, tmp_path, distributed="independent")) == \
+        "--distributed independent: its collectives are not captured"

@@ -12,6 +12,9 @@ class Task:
     name = ""
     metric = ""  # the val metric that picks the best epoch, and the summary's name for it
     sized_from_epoch0 = True  # the plan may be made again from epoch 0's train batches (none larger later)
+    # Why its step cannot be captured as a CUDA graph (target/graphed.py computes the seeds' cross-entropy, the node
+    # task's loss), or None where it can.
+    uncaptured = "its loss is not the seeds' cross-entropy, which a captured step computes"
 
     def __init__(self, cfg):
         self.cfg = cfg

@@ -19,6 +19,7 @@ PILOT_BATCHES = 16  # of each kind, spread over the epoch and the val set
 class LinkTask(Task):
     name, metric = "link", "mrr"
     sized_from_epoch0 = False  # an evaluation's batches may be larger than epoch 0's train batches
+    uncaptured = "its loss reads each batch's own edges and negatives"
 
     def seeds_per_batch(self) -> int:
         """A train batch's endpoints and negatives, or an eval batch's."""
