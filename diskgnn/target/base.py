@@ -48,6 +48,10 @@ class Target:
         """The batch's features and structure where the step runs (the copy stage; on a CPU, the assemble's)."""
         raise NotImplementedError
 
+    def for_captured_steps(self) -> "Target":
+        """This target for the train passes of a run whose step is captured (target/graphed.py)."""
+        return self
+
     def autocast(self, enabled: bool):
         """bf16 autocast on this target's device, or nothing."""
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=enabled)

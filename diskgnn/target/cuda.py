@@ -52,9 +52,15 @@ class CudaTarget(Target):
     copy_stage = True
     device_tier = True
 
-    def __init__(self, device="cuda"):
+    def __init__(self, device="cuda", step_blocks: bool = True):
         self.device = torch.device(device)
         self.kernels = CudaKernels()
+        # whether the copy stage makes a batch's blocks (their CSR matrices too) for an eager step; a captured step
+        # makes them from its padded copy of the record, so its train passes leave them out (for_captured_steps)
+        self.step_blocks = step_blocks
+
+    def for_captured_steps(self) -> "CudaTarget":
+        return CudaTarget(self.device, step_blocks=False)
 
     def assembly(self):
         from ..store.store import DeviceAssembly
@@ -86,16 +92,20 @@ class CudaTarget(Target):
         with store.stream():
             work.x = store.to_device(work.pending)
             if work.record is not None:
-                labels, nodes, parts = work.record.split(work.pending.words)
-                work.labels, work.node_ids = labels, nodes
-                work.blocks = [device_block(ptr, idx, nd, ns, self.kernels)
-                               for (ptr, idx), (nd, ns, _) in zip(parts, work.record.shapes)]
+                work.labels, work.node_ids, _ = work.record.split(work.pending.words)
+                work.blocks = self.blocks_of(work) if self.step_blocks else []
             else:
                 work.blocks = [b.to(self.device, non_blocking=True) for b in work.blocks]
                 work.labels = work.labels.to(self.device, non_blocking=True)
                 work.share = work.share.to(self.device, work.blocks)
             work.ready = store.ready_event()
         return work
+
+    def blocks_of(self, work) -> list:
+        """The blocks of a batch sent with its record, views of its device copy (made on the current stream)."""
+        parts = work.record.split(work.pending.words)[2]
+        return [device_block(ptr, idx, nd, ns, self.kernels)
+                for (ptr, idx), (nd, ns, _) in zip(parts, work.record.shapes)]
 
     def host_bytes(self, source, cfg, layers, dims, rows: int, read_depth: int, precision: str) -> int:
         """Past the copy stage every row, block and activation is device memory (the recent-rows tier keeps

@@ -136,12 +136,13 @@ class GraphedStep:
         self.labels[seeds:].fill_(IGNORED)
         self.node_ids[:rows].copy_(mb.node_ids)
         self.node_ids[rows:].fill_(0)
-        for (ptr, idx), block, (d, s, bound) in zip(self.parts, mb.blocks, self.bucket.shapes()):
-            nd, e = block.num_dst, block.indices.numel()
-            ptr[: nd + 1].copy_(block.indptr)
+        parts = mb.record.split(mb.pending.words)[2]  # the batch's blocks' CSC (the copy stage made no blocks)
+        for (ptr, idx), (indptr, indices), (nd, _, e), (d, s, bound) in zip(self.parts, parts, mb.record.shapes,
+                                                                             self.bucket.shapes()):
+            ptr[: nd + 1].copy_(indptr)
             ptr[nd + 1: d].fill_(e)
             ptr[d:].fill_(bound)
-            idx[:e].copy_(block.indices)
+            idx[:e].copy_(indices)
             idx[e:].fill_(s - 1)
 
     def _step(self) -> None:

@@ -104,6 +104,8 @@ class Loader:
         self.plan = make_plan(self.ds, self.source, cfg, self.group.world)
         self.device = self.plan.device
         self.target = target_for(self.device)  # where batches are assembled and steps computed
+        # the train passes': a captured step makes its blocks itself (target/graphed.py)
+        self.train_target = self.target.for_captured_steps() if self.plan.step.graphed else self.target
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
         self.hag = HagBuilder(cfg.hag if not cfg.weighs_every_edge and self.target.hag else "off")
         self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use
@@ -241,24 +243,24 @@ class Loader:
     def _train_source(self, epoch: int):
         cfg = self.cfg
         if cfg.sampling_mode.online:
-            return self._online_source(self.train_ids, cfg.fanout_list, epoch)
+            return self._online_source(self.train_ids, cfg.fanout_list, epoch, self.train_target)
         g, owner, n = self.group, cfg.owner, self.ds.num_nodes
         share = (lambda batch: cooperative.exchange_plan(batch, cooperative.owners(batch.nodes, g.world, owner, n),
                                                          g.rank, g.world)) if cfg.distribution.cooperative else None
-        return self._offline_source(self.epochs.files(epoch), epoch, share)
+        return self._offline_source(self.epochs.files(epoch), epoch, share, self.train_target)
 
-    def _online_source(self, seeds: np.ndarray, fanouts, epoch: int) -> OnlineLoader:
+    def _online_source(self, seeds: np.ndarray, fanouts, epoch: int, target=None) -> OnlineLoader:
         cfg = self.cfg
         return OnlineLoader(self.ds, seeds, fanouts=fanouts, batch_size=cfg.batch_size, seed=cfg.seed, epoch=epoch,
-                            labels=self.labels, target=self.target, read_depth=self.read_depth, backend=cfg.backend,
-                            features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
+                            labels=self.labels, target=target or self.target, read_depth=self.read_depth,
+                            backend=cfg.backend, features=self.source, sampler=cfg.sampler_spec, hag=self.hag)
 
-    def _offline_source(self, files, split_or_epoch, share=None) -> OfflineLoader:
+    def _offline_source(self, files, split_or_epoch, share=None, target=None) -> OfflineLoader:
         store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
                              backend=self.cfg.backend, tiers=self.tiers, features=self.source,
                              read_depth=self.read_depth, slab_rows=self.plan.batch_rows,
                              assembly=self.target.assembly())
-        return OfflineLoader(files.samples, store, self.labels, self.read_depth, self.target, share, self.hag,
+        return OfflineLoader(files.samples, store, self.labels, self.read_depth, target or self.target, share, self.hag,
                              self.task.pass_batches(self, split_or_epoch))
 
     def _finished(self, p: "Pass", pipeline) -> None:

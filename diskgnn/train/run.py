@@ -161,6 +161,9 @@ class Run:
                 self.loader.say(f"plan: step: eager from here on: its capture failed ({e})")
                 self.step_stats["capture_failed"] = str(e)
                 self.graphed = None
+                self.loader.train_target.step_blocks = True  # the copy stage makes the eager step's blocks again
+        if mb.record is not None and not mb.blocks:  # sent for the captured step, which makes its own
+            mb.blocks = self.loader.train_target.blocks_of(mb)
         optimizer.zero_grad(set_to_none=True)
         loss, sent, items = self.step(model, mb)
         optimizer.step()

@@ -18,6 +18,8 @@ from diskgnn.target.cuda import CudaTarget
 from diskgnn.target.graphed import Bucket, GraphedStep, choose
 from diskgnn.target.record import BatchRecord, device_block
 
+from conftest import CASES, every_tier
+
 STAND_IN = CudaTarget("cpu")
 
 
@@ -28,7 +30,8 @@ def _minibatch(batch: Batch, labels: np.ndarray, x: torch.Tensor):
     y, nodes, parts = record.split(torch.from_numpy(record.words))
     blocks = [device_block(p, i, nd, ns, STAND_IN.kernels) for (p, i), (nd, ns, _) in zip(parts, record.shapes)]
     salt = (int(batch.nodes[0]),) if batch.num_seeds else (0,)
-    return SimpleNamespace(record=record, x=x, labels=y, node_ids=nodes, blocks=blocks, salt=salt)
+    return SimpleNamespace(record=record, x=x, labels=y, node_ids=nodes, blocks=blocks, salt=salt,
+                           pending=SimpleNamespace(words=torch.from_numpy(record.words)))
 
 
 def _odd_batches(dim: int, classes: int):
@@ -93,6 +96,43 @@ def test_the_padded_step_trains_as_the_eager_one(train_data, kind):
     eager.reseed(4)
     padded.reseed(4)
     torch.testing.assert_close(step(real[0])[0], _eager_step(eager, opt_e, real[0]), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("nodes,dim,dtype", CASES[:2])
+def test_train_passes_for_a_captured_step_cross_without_blocks_and_train_the_same(tmp_path, nodes, dim, dtype):
+    """A pass through the captured step's target (every tier of the chain, a CPU standing in for the device) makes
+    no blocks in the copy stage, and the padded step trains on its batches as the eager step on the blocks the
+    usual target's copy stage makes (each pass in one run, batch by batch)."""
+    from diskgnn.loading.loaders import OfflineLoader
+    from diskgnn.offline.pack import PackFile
+    from diskgnn.store.store import FeatureStore
+    from diskgnn.store.tiers import load_tiers
+
+    ds, sf, _, placement, packs = every_tier(tmp_path, nodes, dim, dtype)
+    labels = np.asarray(ds.labels) % 3
+    tiers = load_tiers(ds, placement)
+
+    def batches(target):
+        store = FeatureStore(ds, placement, PackFile(packs), tiers=tiers, assembly=target.assembly(), read_depth=2)
+        return OfflineLoader(sf, store, labels, 2, target).pipeline(np.arange(len(sf)))
+
+    torch.manual_seed(0)
+    eager = GNN("sage", ds.feature_dim, 8, 3, 2, 0.5).train()
+    padded = copy.deepcopy(eager)
+    opt_e, opt_p = (STAND_IN.optimizer(m.parameters(), 0.01) for m in (eager, padded))
+    step = GraphedStep(padded, opt_p, torch.device("cpu"), bf16=False, capture=False)
+    captured = STAND_IN.for_captured_steps()
+    assert not captured.step_blocks and STAND_IN.step_blocks
+    seen = 0
+    for want, got in zip(batches(STAND_IN), batches(captured), strict=True):
+        assert got.blocks == [] and len(want.blocks) == 2
+        loss = _eager_step(eager, opt_e, SimpleNamespace(**{k: getattr(want, k) for k in ("x", "blocks", "labels")},
+                                                         salt=want.salt, node_ids=want.node_ids))
+        torch.testing.assert_close(step(got)[0], loss, rtol=1e-5, atol=1e-6)
+        seen += 1
+    assert seen == len(sf) > 3
+    for a, b in zip(eager.parameters(), padded.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
 
 
 def test_a_bucket_grows_to_hold_each_batch_and_keeps_room_for_padding_edges():
