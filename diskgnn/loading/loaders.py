@@ -75,6 +75,14 @@ class MiniBatch:
         return self.labels
 
     @property
+    def destinations(self) -> list[int]:
+        """Each layer's destination rows, input layer first (from the record where the blocks were left to a
+        captured step)."""
+        if self.blocks or self.record is None:
+            return [b.num_dst for b in self.blocks]
+        return [nd for nd, _, _ in self.record.shapes]
+
+    @property
     def rows(self) -> tuple:
         """(salt, node ids of x's rows): what keys the step's dropout masks by node (nn/dropout.py)."""
         return self.salt, self.input_nodes if self.node_ids is None else self.node_ids

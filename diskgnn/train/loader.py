@@ -284,7 +284,7 @@ class Loader:
         t["batches"] += 1
         t["input_rows"] += int(mb.x.shape[0])
         t["seeds"] += int(mb.labels.numel())
-        dst = [b.num_dst for b in mb.blocks]
+        dst = mb.destinations
         t["destinations"] = [a + b for a, b in zip(t["destinations"], dst)] if t["destinations"] else dst
 
     # -- what it did ----------------------------------------------------------------------------

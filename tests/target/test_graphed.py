@@ -125,7 +125,7 @@ def test_train_passes_for_a_captured_step_cross_without_blocks_and_train_the_sam
     assert not captured.step_blocks and STAND_IN.step_blocks
     seen = 0
     for want, got in zip(batches(STAND_IN), batches(captured), strict=True):
-        assert got.blocks == [] and len(want.blocks) == 2
+        assert got.blocks == [] and len(want.blocks) == 2 and got.destinations == want.destinations
         loss = _eager_step(eager, opt_e, SimpleNamespace(**{k: getattr(want, k) for k in ("x", "blocks", "labels")},
                                                          salt=want.salt, node_ids=want.node_ids))
         torch.testing.assert_close(step(got)[0], loss, rtol=1e-5, atol=1e-6)
