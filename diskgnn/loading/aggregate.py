@@ -84,32 +84,32 @@ class CsrSum(torch.autograd.Function):
     times scale * grad. The block's matrices are made once (csr_matrices: the GPU target makes them in its copy
     stage, with the batch; other blocks at their first sum). Sparse-dense products walk each destination's list
     once (cuSPARSE on a GPU), with neither index_add's atomic scatter nor an (edges x width) temporary; they run
-    in float32 (bf16 rows are widened first and the sums rounded once, as on the CPU)."""
+    in float32 (bf16 rows are widened first and the sums rounded once, as on the CPU). `product`: how a matrix
+    multiplies rows (cuSPARSE's, or the captured step's kernel: target/csr_sum.py's segment_product)."""
 
     @staticmethod
     @torch.autocast("cuda", enabled=False)  # the products run in float32 whatever autocast would pick
-    def forward(ctx, h, block, scale=None, self_loop=False):
+    def forward(ctx, h, block, scale=None, self_loop=False, product=torch.sparse.mm):
         rows = h.detach().float()
         if not block.csr:
             block.csr = csr_matrices(block)[:2]
-        out = torch.sparse.mm(block.csr[0], rows) if block.indices.numel() else \
-            rows.new_zeros((block.num_dst, rows.shape[1]))
+        out = product(block.csr[0], rows) if block.indices.numel() else rows.new_zeros((block.num_dst, rows.shape[1]))
         if self_loop:
             out = out + rows[: block.num_dst]
         if scale is not None:
             out = out * scale.unsqueeze(1)
-        ctx.block, ctx.scale, ctx.self_loop, ctx.num_src = block, scale, self_loop, h.shape[0]
+        ctx.block, ctx.scale, ctx.self_loop, ctx.num_src, ctx.product = block, scale, self_loop, h.shape[0], product
         return out.to(h.dtype)
 
     @staticmethod
     @torch.autocast("cuda", enabled=False)
     def backward(ctx, grad_out):
         if not ctx.needs_input_grad[0]:
-            return None, None, None, None
+            return None, None, None, None, None
         block, g = ctx.block, grad_out.float()
         if ctx.scale is not None:
             g = g * ctx.scale.unsqueeze(1)
-        grad = torch.sparse.mm(block.csr[1], g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
+        grad = ctx.product(block.csr[1], g) if block.indices.numel() else g.new_zeros((ctx.num_src, g.shape[1]))
         if ctx.self_loop:
             grad[: block.num_dst] += g
-        return grad.to(grad_out.dtype), None, None, None
+        return grad.to(grad_out.dtype), None, None, None, None

@@ -12,8 +12,9 @@ A bucket bounds a batch's input rows and each block's destinations and edges. Ea
 A batch that does not fit grows the bucket by GRAPH_BUCKET_GROWTH (new static tensors, a new capture: a few in a
 run's first batches, counted in `stats`). A bucket's first GRAPH_WARMUP batches run the same padded step eagerly
 (real steps; on a side stream, as capture wants: the optimizer's state and the libraries' handles are made
-there), then the step is captured and replayed. Dropout's keys are mixed on the device from the epoch's key (a
-device scalar set when it changes) and the batch's first seed (keyed_dropout.device_mix).
+there), then the step is captured and replayed. Its neighbour sums run csr_sum.cu, forward and over the transpose
+(cuSPARSE's product sizes and allocates a workspace per call); dropout's keys are mixed on the device from the
+epoch's key (a device scalar set when it changes) and the batch's first seed (keyed_dropout.device_mix).
 
 With a CPU device (the tests' stand-in) nothing is captured: the padded step runs eagerly every batch, which the
 tests compare with the unpadded eager step; tests/cuda compares the replays with it on a GPU.
@@ -27,6 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import defaults
+from ..loading.aggregate import CsrSum
+from .csr_sum import segment_product
 from .cuda import CudaKernels
 from .keyed_dropout import _signed, device_mix
 from .record import BatchRecord, device_block
@@ -74,11 +77,16 @@ class Bucket:
 
 
 class GraphKernels(CudaKernels):
-    """The CUDA target's kernels with dropout's key mixed on the device: from `epoch_key`, the epoch's key, and
-    a salt whose first word is a device scalar (the batch's first seed)."""
+    """The CUDA target's kernels as a captured step runs them: neighbour sums by csr_sum.cu (which allocates its
+    output alone), dropout's key mixed on the device from `epoch_key`, the epoch's key, and a salt whose first
+    word is a device scalar (the batch's first seed)."""
 
     def __init__(self, epoch_key: torch.Tensor):
         self.epoch_key = epoch_key
+
+    @staticmethod
+    def aggregate(block, h: torch.Tensor, scale, self_loop: bool) -> torch.Tensor:
+        return CsrSum.apply(h, block, scale, self_loop, segment_product)
 
     def key(self, key: int, salt: tuple, device) -> torch.Tensor:
         return device_mix(self.epoch_key, *salt)

@@ -13,16 +13,15 @@ replays draw each batch's masks without the host.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from pathlib import Path
 
 import torch
 
 from .. import hashing
+from .cupy_kernels import launch
 
 KERNEL = Path(__file__).with_name("keyed_dropout.cu")
 _MASK64 = (1 << 64) - 1
-THREADS = 256
 
 
 def _signed(v: int) -> int:
@@ -68,13 +67,6 @@ def reference_mask(bases: torch.Tensor, width: int, key, p: float) -> torch.Tens
     return draws >= threshold(p)
 
 
-@lru_cache(maxsize=1)
-def _kernel():
-    import cupy
-
-    return cupy.RawModule(code=KERNEL.read_text(), options=("--std=c++17",)).get_function("keep_mask")
-
-
 @torch.library.custom_op("diskgnn::keep_mask", mutates_args=())
 def keep_mask(bases: torch.Tensor, width: int, key: torch.Tensor, p: float) -> torch.Tensor:
     """bool[rows, width]: which of each row's elements dropout keeps (`key`: an int64 scalar tensor on bases'
@@ -89,11 +81,8 @@ def _keep_mask_cuda(bases: torch.Tensor, width: int, key: torch.Tensor, p: float
     out = torch.empty((bases.numel(), width), dtype=torch.bool, device=bases.device)
     n = out.numel()
     if n:
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream(bases.device).cuda_stream)
-        blocks = min(65535, -(-n // THREADS))
-        with stream:
-            _kernel()((blocks,), (THREADS,), (bases.contiguous().data_ptr(), cupy.int64(n), cupy.int64(width),
-                                              key.data_ptr(), cupy.uint32(threshold(p)), out.data_ptr()))
+        launch(KERNEL, "keep_mask", n, bases, (bases.contiguous().data_ptr(), cupy.int64(n), cupy.int64(width),
+                                               key.data_ptr(), cupy.uint32(threshold(p)), out.data_ptr()))
     return out
 
 

@@ -8,6 +8,7 @@ import torch
 
 from diskgnn.offline.pack import PackFile
 from diskgnn.store.uva import why_not
+from diskgnn.target.csr_sum import csr_sum
 from diskgnn.target.keyed_dropout import keep_mask, key_tensor, reference_mask
 
 from conftest import every_tier
@@ -25,6 +26,21 @@ def test_the_dropout_kernel_equals_the_reference(width):
         got = keep_mask(bases.cuda(), width, key_tensor(key, "cuda"), 0.3).cpu()
         assert torch.equal(got, reference_mask(bases, width, key, 0.3))
     assert keep_mask(bases[:0].cuda(), width, key_tensor(1, "cuda"), 0.3).shape == (0, width)
+
+
+@needs_gpu
+@pytest.mark.parametrize("rows,sources,width", [(1, 1, 1), (199, 60, 7), (5, 3, 4097), (0, 4, 3), (6, 0, 5),
+                                                (70000, 40000, 128)])
+def test_the_csr_sum_kernel_equals_the_reference(rows, sources, width):
+    """Empty lists, duplicates, one row, rows wider than a warp, more rows than the grid's threads at once."""
+    rng = np.random.default_rng(rows)
+    counts = rng.integers(0, 12 if sources else 1, rows)
+    counts[: rows // 3] = 0
+    indptr = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+    indices = torch.from_numpy(rng.integers(0, max(1, sources), int(indptr[-1])).astype(np.int64))
+    h = torch.randn(sources, width)
+    got = csr_sum(indptr.cuda(), indices.cuda(), h.cuda(), rows).cpu()
+    torch.testing.assert_close(got, csr_sum(indptr, indices, h, rows), rtol=1e-5, atol=1e-5)
 
 
 @needs_gpu

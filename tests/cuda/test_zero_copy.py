@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from diskgnn.store.uva import KERNEL, host_gather, why_not
+from diskgnn.target.csr_sum import KERNEL as CSR_SUM_KERNEL
 from diskgnn.target.keyed_dropout import KERNEL as DROPOUT_KERNEL
 
 from conftest import CASES, every_tier, train_config
@@ -20,9 +21,9 @@ WHY_NOT = why_not("cuda")
 needs_gpu = pytest.mark.skipif(WHY_NOT is not None, reason=f"zero-copy gathers cannot run here: {WHY_NOT}")
 
 
-@pytest.mark.parametrize("kernel", [KERNEL, DROPOUT_KERNEL], ids=lambda k: k.name)
+@pytest.mark.parametrize("kernel", [KERNEL, DROPOUT_KERNEL, CSR_SUM_KERNEL], ids=lambda k: k.name)
 def test_the_kernels_compile_with_nvcc(tmp_path, kernel):
-    """The zero-copy gather and (the GPU target's) the keyed-dropout mask."""
+    """The zero-copy gather and (the GPU target's) the keyed-dropout mask and the CSR sums."""
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not installed: the kernels are compiled at run time by CuPy only")

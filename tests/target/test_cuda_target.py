@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from diskgnn.loading.aggregate import CsrSum
 from diskgnn.loading.blocks import sampled_blocks
 from diskgnn.loading.loaders import OfflineLoader
 from diskgnn.nn.dropout import mix, native_dropout, row_positions
@@ -22,6 +23,7 @@ from diskgnn.store.tiers import load_tiers
 from diskgnn.target.cpu import CpuTarget
 from diskgnn.target.cuda import CudaTarget
 from diskgnn.target.keyed_dropout import KeyedDropout, _signed, device_mix, keep_mask, key_tensor, reference_mask
+from diskgnn.target.csr_sum import csr_sum, segment_product
 from diskgnn.target.record import BatchRecord, device_block
 
 from conftest import CASES, every_tier
@@ -92,6 +94,42 @@ def test_the_record_gives_the_hosts_blocks_and_the_same_sums(empty_block):
             got.backward(g)
             want.backward(g)
             torch.testing.assert_close(h.grad, h2.grad, rtol=1e-6, atol=1e-6)
+
+
+def _lists(rows: int, sources: int, seed: int):
+    """CSR lists with empty rows and duplicate entries (int64, as a record's)."""
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(0, 4 if sources else 1, rows)
+    counts[: rows // 3] = 0
+    indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    indices = rng.integers(0, max(1, sources), int(indptr[-1])).astype(np.int64)
+    if indices.size >= 2:
+        indices[1] = indices[0]
+    return torch.from_numpy(indptr), torch.from_numpy(indices)
+
+
+@pytest.mark.parametrize("rows,sources,width", [(1, 1, 1), (199, 260, 7), (5, 9, 4097), (60, 30, 2), (0, 4, 3),
+                                                (6, 0, 5)])
+def test_csr_sums_equal_the_sparse_product_and_their_transpose_backward(rows, sources, width):
+    """The captured step's sums (csr_sum's reference here; the CUDA kernel against it in tests/cuda) against the
+    plain sum of each list and, through CsrSum, against cuSPARSE's path forward and backward."""
+    indptr, indices = _lists(rows, sources, rows + width)
+    h = torch.randn(sources, width, generator=torch.Generator().manual_seed(width))
+    want = torch.stack([h[indices[indptr[i]:indptr[i + 1]]].sum(0) for i in range(rows)]) if rows else \
+        torch.zeros(0, width)
+    torch.testing.assert_close(csr_sum(indptr, indices, h, rows), want, rtol=1e-6, atol=1e-6)
+    if not 0 < rows <= sources:  # a block's destinations are its first sources
+        return
+    block = device_block(indptr, indices, rows, sources, STAND_IN.kernels)
+    for self_loop in (False, True):
+        x, y = h.clone().requires_grad_(), h.clone().requires_grad_()
+        got = CsrSum.apply(x, block, block.inv_deg, self_loop, segment_product)
+        ref = CsrSum.apply(y, block, block.inv_deg, self_loop)
+        torch.testing.assert_close(got, ref, rtol=1e-6, atol=1e-6)
+        g = torch.randn_like(got)
+        got.backward(g)
+        ref.backward(g)
+        torch.testing.assert_close(x.grad, y.grad, rtol=1e-6, atol=1e-6)
 
 
 class Counted:
