@@ -104,8 +104,7 @@ class Loader:
         self.plan = make_plan(self.ds, self.source, cfg, self.group.world)
         self.device = self.plan.device
         self.target = target_for(self.device)  # where batches are assembled and steps computed
-        # the train passes': a captured step makes its blocks itself (target/graphed.py)
-        self.train_target = self.target.for_captured_steps() if self.plan.step.graphed else self.target
+        self.train_target = self.target  # the train passes' (a Run whose step is captured sets its own: run.py)
         # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
         self.hag = HagBuilder(cfg.hag if not cfg.weighs_every_edge and self.target.hag else "off")
         self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use

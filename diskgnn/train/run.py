@@ -74,6 +74,8 @@ class Run:
         if graphed:
             self.graphed = GraphedStep(model, optimizer, self.device, self.precision.bf16, capture=True,
                                        stats=self.step_stats)
+            # its train passes send the records alone: the captured step makes its own blocks from them
+            self.loader.train_target = self.target.for_captured_steps()
         return model, optimizer
 
     def open_embeddings(self, resumed: dict | None) -> None:
