@@ -60,8 +60,8 @@ def test_the_report_and_the_epoch_runner_work_without_a_gpu(tmp_path, train_data
     mid = "2GiB host, device cache 256MiB"
     assert list(runs) == ["2GiB host, device cache 0", mid, "2GiB host, device cache all", f"{mid}, zero copy on",
                           f"{mid}, zero copy auto", f"{mid}, zero copy auto, bf16",
-                          f"{mid}, zero copy auto, sq8 features", "every row in GPU memory, CUDA graphs off",
-                          "every row in GPU memory"]
+                          f"{mid}, zero copy auto, sq8 features", "every row in GPU memory",
+                          "every row in GPU memory, CUDA graphs off"]
     assert runs[f"{mid}, zero copy auto, bf16"] == {"memory_budget": "2GiB", "device_cache": "256MiB",
                                                     "zero_copy": "auto", "precision": "bf16"}
     assert runs[f"{mid}, zero copy auto, sq8 features"]["features"] == "sq8"
