@@ -181,7 +181,9 @@ class GraphedStep:
     def _capture(self) -> None:
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.cuda.graph(graph):
+            # thread_local: the pipeline's threads go on copying and allocating on their own streams meanwhile, which
+            # a global capture would forbid them (and fail)
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 self._step()
         except Exception as e:  # noqa: BLE001 - CUDA's and the libraries' capture errors vary; the reason is said
             raise CaptureFailed(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
