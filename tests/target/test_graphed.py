@@ -1,7 +1,8 @@
 """The captured step's padding (diskgnn/target/graphed.py), run eagerly with a CPU standing in for the device: it
 trains to the eager unpadded step's losses and weights over batches of awkward and growing shapes (a seed without
-neighbours, an empty block, one seed, duplicate neighbours), and the plan decides --cuda-graphs as documented. The
-capture and its replays are tested on a GPU (tests/cuda/test_cuda_graphs.py)."""
+neighbours, an empty block, one seed, duplicate neighbours); a Run through the captured step's path (blockless
+train passes, the fallback after a failed capture) trains as the eager Run; the plan decides --cuda-graphs as
+documented. The capture and its replays are tested on a GPU (tests/cuda/test_cuda_graphs.py)."""
 
 import copy
 from types import SimpleNamespace
@@ -15,7 +16,7 @@ from diskgnn.errors import UsageError
 from diskgnn.nn.models import GNN
 from diskgnn.offline.sample import Batch, Block, sample_epoch
 from diskgnn.target.cuda import CudaTarget
-from diskgnn.target.graphed import Bucket, GraphedStep, choose
+from diskgnn.target.graphed import Bucket, CaptureFailed, GraphedStep, choose
 from diskgnn.target.record import BatchRecord, device_block
 
 from conftest import CASES, every_tier
@@ -180,3 +181,58 @@ def test_the_plan_says_why_a_run_steps_eagerly(train_data, tmp_path):
     assert _uncapturable(train_config(train_data, tmp_path, embeddings=8)).startswith("--embeddings: ")
     assert _uncapturable(train_config(train_data, tmp_path, distributed="independent")) == \
         "--distributed independent: its collectives are not captured"
+
+
+def _stand_in_run(data, workdir, graphed: bool, fail_at: int | None = None):
+    """Two epochs of Run.train_epoch with the CUDA target on a CPU standing in for the device (the plan, made for a
+    CPU, is told nothing): with `graphed`, the captured step's path as a GPU run takes it (blockless train passes,
+    the padded step run eagerly), its capture made to fail at the `fail_at`-th batch. Returns the model, the losses,
+    the run's step record and its trained-rows counts."""
+    from diskgnn.train.checkpoints import EpochState
+    from diskgnn.train.run import Run
+
+    from conftest import train_config
+
+    run = Run(train_config(data, workdir, seed=2, dropout=0.5))
+    try:
+        run.target = run.loader.target = run.loader.train_target = CudaTarget("cpu")
+        model, optimizer = run.model_and_optimizer()
+        if graphed:
+            run.graphed = GraphedStep(model, optimizer, torch.device("cpu"), bf16=False, capture=False,
+                                      stats=run.step_stats)
+            run.loader.train_target = run.target.for_captured_steps()
+            if fail_at is not None:
+                calls, step = [0], run.graphed
+
+                def failing(mb):  # as GraphedStep's capture raises, at the fail_at-th batch
+                    calls[0] += 1
+                    if calls[0] == fail_at:
+                        raise CaptureFailed("RuntimeError: made to fail")
+                    return step(mb)
+
+                run.graphed = failing
+        losses = []
+        for epoch in range(2):
+            state = EpochState(epoch)
+            run.train_epoch(model, optimizer, state)
+            losses.append(state.loss_sum / state.seen)
+        return model, losses, run.step_stats, run.loader.rows_per_batch()
+    finally:
+        run.loader.close()
+
+
+def test_a_run_through_the_captured_steps_path_trains_as_the_eager_run_and_falls_back_on_a_failed_capture(
+        train_data, tmp_path, capsys):
+    eager, eager_losses, eager_step, eager_rows = _stand_in_run(train_data, tmp_path / "eager", graphed=False)
+    padded, losses, step, rows = _stand_in_run(train_data, tmp_path / "padded", graphed=True)
+    assert step["eager"] == 10 and step["buckets"] >= 1 and "capture_failed" not in step, step
+    assert rows == eager_rows  # counted from the records where the passes carried no blocks
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    for a, b in zip(eager.parameters(), padded.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    failed, failed_losses, failed_step, _ = _stand_in_run(train_data, tmp_path / "failed", graphed=True, fail_at=3)
+    assert failed_step["capture_failed"] == "RuntimeError: made to fail"
+    assert "plan: step: eager from here on: its capture failed (RuntimeError: made to fail)" in capsys.readouterr().out
+    assert failed_losses == pytest.approx(eager_losses, rel=1e-5)  # the failed batch and the rest trained eagerly
+    for a, b in zip(eager.parameters(), failed.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
