@@ -15,27 +15,19 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from .. import defaults
+from ..cuda_kernels import THREADS, compiled, launch
 from ..errors import DiskgnnError
 
 KERNEL = Path(__file__).with_name("uva_gather.cu")
-THREADS = 256  # 8 warps a block
 ROWS_PER_WARP = 4  # uva_gather.cu's ROWS
 MAX_BLOCKS = 8192  # rows in flight: 256 Ki, far more than PCIe round trips need
 _HOST_REGISTER_PORTABLE, _HOST_REGISTER_MAPPED = 1, 2
-
-
-@lru_cache(maxsize=1)
-def _kernel():
-    import cupy
-
-    return cupy.RawModule(code=KERNEL.read_text(), options=("--std=c++17",)).get_function("gather_rows")
 
 
 def why_not(device: str) -> str | None:
@@ -45,21 +37,16 @@ def why_not(device: str) -> str | None:
     if device != "cuda" or not torch.cuda.is_available():
         return "no CUDA device"
     try:
-        import cupy  # noqa: F401
+        import cupy
     except ImportError as e:
         return f"CuPy is not installed ({e}); pip install cupy-cuda12x (or -cuda13x) for zero-copy gathers"
     try:
-        _kernel()
+        index = torch.cuda.current_device()
+        with cupy.cuda.Device(index):
+            compiled(KERNEL, "gather_rows", index)
     except Exception as e:  # noqa: BLE001 - NVRTC's and CuPy's errors vary by version; the reason is reported
         return f"the zero-copy kernel did not compile: {type(e).__name__}: {str(e).splitlines()[0]}"
     return None
-
-
-@dataclass(frozen=True)
-class _Stream:
-    """A torch stream as CuPy's launch takes one (it reads `.ptr`)."""
-
-    ptr: int
 
 
 def _unregister(ptr: int, rows) -> None:
@@ -88,7 +75,6 @@ class MappedRows:
         """out[positions[i]] = rows[slots[i]], issued on the current stream of out's device: `slots` and
         `positions` int64 tensors on that device, `out` a contiguous device tensor of rows as wide as these.
         Nothing here waits for the device."""
-        import cupy
         import torch
 
         n = int(slots.numel())
@@ -97,11 +83,9 @@ class MappedRows:
         slots, order = torch.sort(slots)  # neighbouring warps read neighbouring host rows
         positions = positions.index_select(0, order)
         blocks = min(MAX_BLOCKS, -(-n // (ROWS_PER_WARP * THREADS // 32)))
-        stream = _Stream(torch.cuda.current_stream(out.device).cuda_stream)
-        with cupy.cuda.Device(out.device.index or 0):
-            _kernel()((blocks,), (THREADS,), (np.uint64(self._ptr), np.uint64(slots.data_ptr()),
-                                              np.uint64(positions.data_ptr()), np.int64(n),
-                                              np.int64(self.row_bytes), np.uint64(out.data_ptr())), stream=stream)
+        launch(KERNEL, "gather_rows", blocks, out, (np.uint64(self._ptr), np.uint64(slots.data_ptr()),
+                                                    np.uint64(positions.data_ptr()), np.int64(n),
+                                                    np.int64(self.row_bytes), np.uint64(out.data_ptr())))
 
     def close(self) -> None:
         """Unregisters the memory (replaced per object by its finalizer where something was registered)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .cupy_kernels import launch
+from ..cuda_kernels import blocks_for, launch
 
 KERNEL = Path(__file__).with_name("csr_sum.cu")
 
@@ -29,9 +29,9 @@ def _csr_sum_cuda(indptr: torch.Tensor, indices: torch.Tensor, h: torch.Tensor, 
     h = h.contiguous()
     out = torch.empty((rows, h.shape[1]), dtype=torch.float32, device=h.device)
     if out.numel():
-        launch(KERNEL, "csr_sum", 32 * rows, h, (indptr.contiguous().data_ptr(), indices.contiguous().data_ptr(),
-                                                   h.data_ptr(), cupy.int64(rows), cupy.int64(h.shape[1]),
-                                                   out.data_ptr()))
+        launch(KERNEL, "csr_sum", blocks_for(32 * rows), h,
+               (indptr.contiguous().data_ptr(), indices.contiguous().data_ptr(), h.data_ptr(), cupy.int64(rows),
+                cupy.int64(h.shape[1]), out.data_ptr()))
     return out
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from .. import hashing
-from .cupy_kernels import launch
+from ..cuda_kernels import blocks_for, launch
 
 KERNEL = Path(__file__).with_name("keyed_dropout.cu")
 _MASK64 = (1 << 64) - 1
@@ -81,8 +81,9 @@ def _keep_mask_cuda(bases: torch.Tensor, width: int, key: torch.Tensor, p: float
     out = torch.empty((bases.numel(), width), dtype=torch.bool, device=bases.device)
     n = out.numel()
     if n:
-        launch(KERNEL, "keep_mask", n, bases, (bases.contiguous().data_ptr(), cupy.int64(n), cupy.int64(width),
-                                               key.data_ptr(), cupy.uint32(threshold(p)), out.data_ptr()))
+        launch(KERNEL, "keep_mask", blocks_for(n), bases, (bases.contiguous().data_ptr(), cupy.int64(n),
+                                                            cupy.int64(width), key.data_ptr(),
+                                                            cupy.uint32(threshold(p)), out.data_ptr()))
     return out
 
 
