@@ -92,8 +92,8 @@ class CudaTarget(Target):
         with store.stream():
             work.x = store.to_device(work.pending)
             if work.record is not None:
-                work.labels, work.node_ids, _ = work.record.split(work.pending.words)
-                work.blocks = self.blocks_of(work) if self.step_blocks else []
+                work.labels, work.node_ids, parts = work.record.split(work.pending.words)
+                work.blocks = self.blocks_of(work, parts) if self.step_blocks else []
             else:
                 work.blocks = [b.to(self.device, non_blocking=True) for b in work.blocks]
                 work.labels = work.labels.to(self.device, non_blocking=True)
@@ -101,9 +101,10 @@ class CudaTarget(Target):
             work.ready = store.ready_event()
         return work
 
-    def blocks_of(self, work) -> list:
-        """The blocks of a batch sent with its record, views of its device copy (made on the current stream)."""
-        parts = work.record.split(work.pending.words)[2]
+    def blocks_of(self, work, parts=None) -> list:
+        """The blocks of a batch sent with its record, views of its device copy (made on the current stream);
+        `parts`: the record's split, where it was cut already."""
+        parts = work.record.split(work.pending.words)[2] if parts is None else parts
         return [device_block(ptr, idx, nd, ns, self.kernels)
                 for (ptr, idx), (nd, ns, _) in zip(parts, work.record.shapes)]
 

@@ -131,9 +131,9 @@ class GraphedStep:
         self.graph, self.warm, self.bucket = None, 0, bucket
         shapes = bucket.shapes()
         layout = BatchRecord(None, shapes[-1][0], bucket.nodes, shapes)
-        self.words = torch.zeros(layout.seeds + layout.nodes + sum(d + 1 + e for d, _, e in shapes),
-                                 dtype=torch.int64, device=self.device)
-        self.labels, self.node_ids, self.parts = layout.split(self.words)
+        words = torch.zeros(layout.seeds + layout.nodes + sum(d + 1 + e for d, _, e in shapes), dtype=torch.int64,
+                            device=self.device)
+        self.labels, self.node_ids, self.parts = layout.split(words)  # views: they keep it
         self.x = torch.zeros((bucket.nodes, x.shape[1]), dtype=x.dtype, device=self.device)
         self.stats["buckets"] += 1
 
@@ -199,6 +199,7 @@ class StepChoice:
 
     graphed: bool
     line: str
+    required: bool = False  # --cuda-graphs on: a capture that fails stops the run
 
 
 def choose(option: str, device: str, why_not: str | None) -> StepChoice:
@@ -219,4 +220,4 @@ def choose(option: str, device: str, why_not: str | None) -> StepChoice:
     return StepChoice(True, f"step: a CUDA graph (--cuda-graphs {option}): forward, backward and Adam captured per "
                             "bucket of batch shapes and replayed, batches padded to it"
                       + ("; a capture that fails says why once and the run goes on eagerly" if option == "auto"
-                         else ""))
+                         else ""), required=option == "on")

@@ -158,7 +158,7 @@ class Run:
                 loss, items = self.graphed(mb)
                 return loss, 0, items
             except CaptureFailed as e:
-                if self.cfg.cuda_graphs == "on":
+                if self.loader.plan.step.required:
                     raise DiskgnnError(f"--cuda-graphs on: the train step could not be captured: {e}") from None
                 self.loader.say(f"plan: step: eager from here on: its capture failed ({e})")
                 self.step_stats["capture_failed"] = str(e)

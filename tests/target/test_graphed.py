@@ -159,6 +159,7 @@ def test_a_bucket_grows_to_hold_each_batch_and_keeps_room_for_padding_edges():
 
 def test_cuda_graphs_is_decided_once_by_the_plan():
     assert choose("auto", "cuda", None).graphed and choose("on", "cuda", None).graphed
+    assert choose("on", "cuda", None).required and not choose("auto", "cuda", None).required
     assert not choose("off", "cuda", None).graphed
     why = choose("auto", "cuda", "--task link: its loss reads each batch's own edges and negatives")
     assert not why.graphed and why.line == "step: eager (--task link: its loss reads each batch's own edges and " \
