@@ -96,7 +96,8 @@ def test_train_config_file_errors(ds, tmp_path, text, message):
 def test_train_data_errors(ds, tmp_path):
     one_line(*run("diskgnn.train", "--data", tmp_path / "none"), DATA, "not a dataset directory")
     one_line(*run("diskgnn.train", "--config", tmp_path / "none.yaml"), DATA, "none.yaml: cannot read")
-    one_line(*run("diskgnn.train", "--data", ds, "--workdir", "/proc/self/x"), DATA, "--workdir /proc/self/x: cannot create")
+    one_line(*run("diskgnn.train", "--data", ds, "--workdir", "/proc/self/x"), DATA,
+             "--workdir /proc/self/x: cannot create")
     (tmp_path / "file").write_text("")
     one_line(*run("diskgnn.train", "--data", ds, "--workdir", tmp_path / "file" / "w"), DATA, "cannot create")
 

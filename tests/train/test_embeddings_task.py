@@ -67,7 +67,8 @@ def test_a_featureless_graph_without_embeddings_is_refused_in_one_line(featurele
     assert run_cli("train", train_main, args) != 0
     assert "--sampling online: --embeddings 8 trains with --sampling offline only" in capsys.readouterr().err
     for extra, message in ((["--task", "node", "--embedding-partitions", "4"], "--embedding-partitions 4: 2 to 64, "
-                            "with --task link"), (["--embedding-partitions", "65"], "--embedding-partitions 65: 2 to 64"),
+                            "with --task link"),
+                           (["--embedding-partitions", "65"], "--embedding-partitions 65: 2 to 64"),
                            (["--embedding-partitions", "5", "--embedding-cache", "20000B"], "--embedding-partitions 5: "
                             "a partition is 14.1 KiB and the buffer gets 19.5 KiB, less than two")):
         assert run_cli("train", train_main, argv(featureless, tmp_path / "w3", *extra)) != 0

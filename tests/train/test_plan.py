@@ -287,7 +287,8 @@ def test_with_a_device_the_host_holds_only_the_slabs_and_the_plan_gives_the_rest
     slabs = (READ_DEPTH + HELD_BEYOND_READS["device"]) * rows * (source.row_bytes + 64)
     assert gpu.working_set == (TRAIN_BASE_RSS + ds.num_nodes * 13 + slabs + 2 * DEVICE_FILL_CHUNK + CUDA_BASE_RSS
                                + PACK_MEMORY + pack_plan_bytes(ds, cfg, rows))
-    cpu_host_side = cpu.working_set - (TRAIN_BASE_RSS + ds.num_nodes * 13 + PACK_MEMORY + pack_plan_bytes(ds, cfg, rows))
+    cpu_host_side = cpu.working_set - (TRAIN_BASE_RSS + ds.num_nodes * 13 + PACK_MEMORY
+                                       + pack_plan_bytes(ds, cfg, rows))
     assert cpu_host_side > slabs  # the CPU's step keeps its input, activations and the recent rows on the host
     assert gpu.tiers["device"] == 1 << 20 and gpu.host_gather is gather and gpu.precision == "bf16"
     assert plan_lines(gpu)[-3] == "plan: host tiers: as given" and "device cuda" in plan_lines(gpu)[2]
