@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from ..cuda_kernels import blocks_for, launch
+from .record import list_owners
 
 KERNEL = Path(__file__).with_name("csr_sum.cu")
 
@@ -17,8 +18,7 @@ KERNEL = Path(__file__).with_name("csr_sum.cu")
 @torch.library.custom_op("diskgnn::csr_sum", mutates_args=())
 def csr_sum(indptr: torch.Tensor, indices: torch.Tensor, h: torch.Tensor, rows: int) -> torch.Tensor:
     """float32[rows, width]: row i the sum of h's rows indices[indptr[i]:indptr[i + 1]] (int64 lists, float32 h)."""
-    counts = indptr[1:] - indptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(rows, device=h.device), counts, output_size=indices.numel())
+    dst = list_owners(indptr, indices.numel())[1]
     return h.new_zeros((rows, h.shape[1])).index_add_(0, dst, h.index_select(0, indices))
 
 

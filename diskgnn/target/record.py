@@ -48,14 +48,20 @@ class BatchRecord:
         return labels, nodes, blocks
 
 
+def list_owners(indptr: torch.Tensor, entries: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """CSR lists' lengths and, for each of their `entries`, the list it is in (no read back: the total is given)."""
+    counts = indptr[1:] - indptr[:-1]
+    rows = torch.arange(counts.numel(), device=indptr.device)
+    return counts, torch.repeat_interleave(rows, counts, output_size=entries)
+
+
 def device_block(indptr: torch.Tensor, indices: torch.Tensor, num_dst: int, num_src: int, kernels):
     """A TensorBlock from its CSC on the device: each edge's destination, the mean's scales and the sums' matrices
     (loading/aggregate.py's csr_matrices), computed there without reading anything back."""
     from ..loading.aggregate import csr_matrices
     from ..loading.blocks import TensorBlock
 
-    counts = indptr[1:] - indptr[:-1]
-    dst = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), counts, output_size=indices.numel())
+    counts, dst = list_owners(indptr, indices.numel())
     deg = counts.to(torch.float32)
     block = TensorBlock(num_dst, num_src, indptr, indices, dst, 1 / deg.clamp(min=1), 1 / (deg + 1), kernels=kernels)
     a, a_t, made = csr_matrices(block)
