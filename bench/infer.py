@@ -91,6 +91,9 @@ def killed_and_rerun(argv: list[str], work: Path, cap: int, first, fraction: flo
     cut, _, _ = infer(argv, out, cap, timeout=fraction * first.wall_s)
     if not cut.timed_out:
         return {"status": f"finished in {cut.wall_s:.1f} s before the kill at {fraction * first.wall_s:.1f} s"}
+    if out.exists():  # its output was whole (renamed into place) before the kill reached the process's exit
+        return {"status": f"finished writing before the kill at {cut.wall_s:.1f} s",
+                "byte_identical": filecmp.cmp(out, work / "predictions.npy", shallow=False)}
     progress = out.with_name(out.name + ".progress.json")
     rows_recorded = json.loads(progress.read_text())["rows_done"] if progress.exists() else 0
     layers = sorted(p.name for p in out.with_name(out.name + ".layers").glob("*"))
