@@ -1,6 +1,7 @@
 """Heterogeneous datasets: prepare from HGB's text layout and the npy directory layout, checked against numpy
 oracles; verify; bad input as one line."""
 
+import json
 import zipfile
 
 import numpy as np
@@ -136,15 +137,22 @@ def test_bad_inputs_are_one_line(tmp_path, awkward):
     one_line_failure(tmp_path, src, match="labels.npy in 2 node types")
 
 
-def test_bad_hgb_inputs_are_one_line(tmp_path):
-    src = tmp_path / "hgb"
-    src.mkdir()
-    (src / "info.dat").write_text('{"node.dat": {"node type": {"0": "p", "1": "a"}}, "link.dat": {"link type": '
-                                  '{"0": {"start": 0, "end": 1, "meaning": "p-a"}}}, "label.dat": {"node type": '
-                                  '{"0": {"0": "x", "1": "y"}}}}')
+def write_hgb(src, links=((0, 1, "p-a"),), link_dat="0\t2\t0\t1.0\n1\t2\t0\t1.0\n"):
+    """A small HGB directory: papers p0, p1 (2 features) and author a0 (none), labels on p; link type i is
+    links[i] = (start, end, meaning), the ends written to info.dat as given (ints as ACM's, strings as DBLP's)."""
+    src.mkdir(exist_ok=True)
+    link_types = {str(i): {"start": s, "end": e, "meaning": m} for i, (s, e, m) in enumerate(links)}
+    (src / "info.dat").write_text(json.dumps({"node.dat": {"node type": {"0": "p", "1": "a"}},
+                                              "link.dat": {"link type": link_types},
+                                              "label.dat": {"node type": {"0": {"0": "x", "1": "y"}}}}))
     (src / "node.dat").write_text("0\tp0\t0\t1,2\n1\tp1\t0\t3,4\n2\ta0\t1\n")
-    (src / "link.dat").write_text("0\t2\t0\t1.0\n1\t2\t0\t1.0\n")
+    (src / "link.dat").write_text(link_dat)
     (src / "label.dat").write_text("0\tp0\t0\t1\n1\tp1\t0\t0\n")
+    return src
+
+
+def test_bad_hgb_inputs_are_one_line(tmp_path):
+    src = write_hgb(tmp_path / "hgb")
     assert run_module("diskgnn.prepare", src, "--out", tmp_path / "ok", "--no-progress").returncode == 0
     (src / "label.dat").write_text("0\tp0\t0\t1\n2\ta0\t1\t0\n")
     one_line_failure(tmp_path, src, match="node 2 is not a p node (the target type")
@@ -155,8 +163,43 @@ def test_bad_hgb_inputs_are_one_line(tmp_path):
     (src / "node.dat").write_text("0\tp0\t0\t1,2\n1\tp1\t0\t3,4,5\n2\ta0\t1\n")
     one_line_failure(tmp_path, src, match="node.dat: line 2: 3 feature values, but type p's first node has 2")
     (src / "node.dat").write_text("0\tp0\t0\t1,2\n1\tp1\t0\t3,4\n2\ta0\t1\n")
-    (src / "info.dat").write_text((src / "info.dat").read_text().replace('"end": 1', '"end": 7'))
-    one_line_failure(tmp_path, src, match="link type 0 (p-a) names node type 7")
+    write_hgb(src, links=((0, 7, "p-a"),))
+    one_line_failure(tmp_path, src, match="link type 0 (p-a) names node type 7, not one of [0, 1]")
+
+
+def test_hgb_link_ends_as_ints_or_strings(tmp_path):
+    """HGB's info.dat gives a link type's ends as integers (ACM) or as strings (DBLP, IMDB, Freebase): both
+    prepare to the same dataset."""
+    from diskgnn.data.hetero.format import open_hetero
+
+    links = ((0, 1, "p-a"), (1, 0, "a-p"), (0, 0, "p-p"))
+    link_dat = "0\t2\t0\t1.0\n1\t2\t0\t1.0\n2\t1\t1\t1.0\n0\t1\t2\t1.0\n1\t1\t2\t1.0\n"
+    datasets = []
+    for flavour, ends in (("ints", lambda t: t), ("strings", str)):
+        src = write_hgb(tmp_path / flavour, [(ends(s), ends(e), m) for s, e, m in links], link_dat)
+        out = tmp_path / f"ds-{flavour}"
+        proc = run_module("diskgnn.prepare", src, "--format", "hgb", "--out", out, "--no-progress")
+        assert proc.returncode == 0, proc.stderr
+        datasets.append(open_hetero(out))
+    assert '"start": "1"' in (tmp_path / "strings" / "info.dat").read_text()
+    a, b = datasets
+    assert [(t.name, t.count, t.feature_dim) for t in a.schema.types] == [("p", 2, 2), ("a", 1, 0)]
+    assert [r.key for r in a.schema.relations] == [("p", "p-a", "a"), ("a", "a-p", "p"), ("p", "p-p", "p")]
+    assert a.schema == b.schema and a.num_edges == b.num_edges == 5
+    for i in range(len(a.schema.relations)):
+        for x, y in zip(a.csc(i), b.csc(i)):
+            np.testing.assert_array_equal(x, y)
+    np.testing.assert_array_equal(a.csc(2)[0], [0, 0, 2])  # p-p: p0 -> p1, p1 -> p1
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert {k: v["checksum"] for k, v in a.manifest["files"].items()} == {
+        k: v["checksum"] for k, v in b.manifest["files"].items()}
+
+
+@pytest.mark.parametrize("end", ["7", "x", "", None, 1.0, True, [1]])
+def test_hgb_link_end_not_a_node_type_is_one_line(tmp_path, end):
+    src = write_hgb(tmp_path / "hgb", links=((0, end, "p-a"),))
+    one_line_failure(tmp_path, src, "--format", "hgb",
+                     match=f"info.dat: link type 0 (p-a) names node type {end!r}, not one of [0, 1]")
 
 
 def test_mag_schema(tmp_path):

@@ -28,6 +28,17 @@ def is_npy_hetero(path: Path) -> bool:
     return path.is_dir() and (path / "nodes").is_dir() and (path / "relations").is_dir()
 
 
+def _hgb_type_id(value):
+    """A link type's end in info.dat as a node type id (None if it is not an integer). HGB's datasets differ: ACM
+    gives them as integers (0), others (DBLP, IMDB, Freebase) as strings ("0"), like the type table's keys."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 def _ranges_check(ids: np.ndarray, count: int, what: str, where: str) -> None:
     if ids.size and (ids.min() < 0 or ids.max() >= count):
         bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
@@ -57,13 +68,14 @@ class HgbSource:
         rels = []
         for k in sorted(links):
             v = links[k]
-            for end in ("start", "end"):
-                if v.get(end) not in type_names:
+            ends = [_hgb_type_id(v.get(end)) for end in ("start", "end")]
+            for end, t in zip(("start", "end"), ends):
+                if t not in type_names:
                     raise DiskgnnError(f"{info_path}: link type {k} ({v.get('meaning')}) names node type "
                                        f"{v.get(end)!r}, not one of {sorted(type_names)}")
             name = str(v.get("meaning") or f"link{k}").replace("->", "-").replace(" ", "_")
-            rels.append(Relation(type_names[v["start"]], checked_name(name, "relation", str(info_path)),
-                                 type_names[v["end"]]))
+            rels.append(Relation(type_names[ends[0]], checked_name(name, "relation", str(info_path)),
+                                 type_names[ends[1]]))
         self.relations = tuple(rels)
         self._link_ids = sorted(links)
         if len(label_types) != 1:
