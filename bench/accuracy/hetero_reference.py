@@ -41,17 +41,17 @@ def reference(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout
     from torch_geometric.data import HeteroData
     from torch_geometric.nn import to_hetero
 
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.nn.hetero import class_counts, f1_scores
 
-    ds = open_hetero(data)
+    ds = open_dataset(data, typed=True)
     s = ds.schema
     torch.manual_seed(seed)
     graph = HeteroData()
     rows = torch.nn.ParameterDict()
     for t in s.types:
         if t.feature_dim:
-            graph[t.name].x = torch.from_numpy(np.array(ds.features(t.name), dtype=np.float32))
+            graph[t.name].x = torch.from_numpy(np.array(ds.type_features(t.name), dtype=np.float32))
         else:
             graph[t.name].num_nodes = t.count
             rows[t.name] = torch.nn.Parameter(torch.randn(t.count, hidden))

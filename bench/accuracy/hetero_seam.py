@@ -29,11 +29,11 @@ def seam(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout: flo
     from torch_geometric.loader import NodeLoader
     from torch_geometric.nn import to_hetero
 
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.nn.hetero import class_counts, f1_scores
     from diskgnn.pyg import HeteroFeatureStore, HeteroGraphStore, HeteroSampler
 
-    ds = open_hetero(data)
+    ds = open_dataset(data, typed=True)
     s = ds.schema
     torch.manual_seed(seed)
     stores = (HeteroFeatureStore(data, cache=0), HeteroGraphStore(data))

@@ -42,10 +42,14 @@ from .files import (
     manifest_checksum,
     write_atomic,
 )
+from .schema import NodeType, Relation, Schema
 
 FORMAT_NAME = "diskgnn-dataset"
+TYPED_FORMAT_NAME = "diskgnn-hetero-dataset"  # data/hetero/format.py: several node types and relations
 FORMAT_VERSION = 1
-KINDS = {FORMAT_NAME: "homogeneous", "diskgnn-hetero-dataset": "heterogeneous"}
+KINDS = {FORMAT_NAME: "homogeneous", TYPED_FORMAT_NAME: "heterogeneous"}
+# A homogeneous dataset's one node type and one relation, as its schema names them.
+ONE_TYPE, ONE_RELATION = "node", "edge"
 MANIFEST = "manifest.json"
 
 FILE_NAMES = {
@@ -128,10 +132,49 @@ class DatasetBuilder(StagedDirectory):
 
 @dataclass
 class Dataset:
-    """An opened dataset: metadata from the manifest, arrays memory-mapped on demand."""
+    """An opened dataset: metadata from the manifest, arrays memory-mapped on demand.
+
+    Every dataset has a schema: node types, relations, the target type. A homogeneous dataset's is one type
+    (ONE_TYPE) and one relation (ONE_RELATION) over its own files, so readers of types and relations (`schema`,
+    `type_features`, `csc`, `feature_kind`, `relation_kinds`) take either kind; the one-type accessors
+    (`num_nodes`, `features`, `indptr`, ...) are the homogeneous manifest's."""
 
     path: Path
     manifest: dict
+
+    @property
+    def typed(self) -> bool:
+        """Written in the typed layout (data/hetero/format.py), whatever its number of types."""
+        return self.manifest.get("format") == TYPED_FORMAT_NAME
+
+    @property
+    def schema(self) -> Schema:
+        m = self.manifest
+        if self.typed:
+            return Schema.from_dict(m["hetero"])
+        return Schema((NodeType(ONE_TYPE, m["num_nodes"], m["feature_dim"], m["feature_dtype"]),),
+                      (Relation(ONE_TYPE, ONE_RELATION, ONE_TYPE, m["num_edges"]),), ONE_TYPE, m["num_classes"])
+
+    def feature_kind(self, node_type: str) -> str:
+        """The file kind of a node type's features."""
+        return f"features/{node_type}" if self.typed else "features"
+
+    def relation_kinds(self, relation: int) -> tuple[str, str]:
+        """The file kinds of relation `relation`'s CSC (its index in the schema): indptr, indices."""
+        return (f"rel/{relation}/indptr", f"rel/{relation}/indices") if self.typed else ("indptr", "indices")
+
+    def type_features(self, node_type: str) -> np.ndarray | None:
+        """A node type's feature rows memory-mapped, or None for a type without features."""
+        kind = self.feature_kind(node_type)
+        return self.array(kind) if kind in self.manifest["files"] else None
+
+    def csc(self, relation: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Relation `relation`'s CSC over its destination type: indptr, indices (source ids)."""
+        return tuple(self.array(kind) for kind in self.relation_kinds(relation))
+
+    @property
+    def checksum(self) -> str:
+        return self.manifest["manifest_checksum"]
 
     @property
     def num_nodes(self) -> int:
@@ -139,7 +182,7 @@ class Dataset:
 
     @property
     def num_edges(self) -> int:
-        return self.manifest["num_edges"]
+        return sum(r.num_edges for r in self.schema.relations) if self.typed else self.manifest["num_edges"]
 
     @property
     def feature_dim(self) -> int:
@@ -291,18 +334,25 @@ def checksum_problems(path: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def open_dataset(path) -> Dataset:
-    """Opens a dataset directory.
+def open_dataset(path, typed: bool = False) -> Dataset:
+    """Opens a dataset directory; with `typed`, one in either layout (homogeneous or typed), else a homogeneous one
+    (a typed one is refused in one line, for the readers that take one node type).
 
     Checks on open: the manifest (format, version, own checksum), every file's
     size, and the checksum of each file up to defaults.VERIFY_ON_OPEN_BYTES. Larger files
     are checked by `python -m diskgnn.verify`.
     """
     path = Path(path).absolute()
-    return Dataset(path, checked_manifest(path))
+    ds = Dataset(path, checked_manifest(path, None if typed else FORMAT_NAME))
+    if ds.typed:
+        try:
+            ds.schema
+        except (KeyError, TypeError) as e:
+            raise DiskgnnError(f"{path / MANIFEST}: the hetero schema is incomplete ({e})") from None
+    return ds
 
 
-def checked_manifest(path: Path, fmt: str = FORMAT_NAME) -> dict:
+def checked_manifest(path: Path, fmt: str | None = FORMAT_NAME) -> dict:
     """The manifest with the checks done on open: its own, every file's size, the small files' checksums."""
     manifest = read_manifest(path, fmt)
     check_file_sizes(path, manifest)

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..data.hetero.schema import Schema
+from ..data.schema import Schema
 from ..hashing import mix64, unit_interval
 from .dropout import Dropout, ReseededDropout
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.features import RAW_FEATURES, AsFloat32, FeatureSource
-from ..data.hetero.format import HeteroDataset
+from ..data.format import Dataset
 from ..io.reader import FileReader
 from .pack import PackFile, pack_epoch
 from .placement import Placement
@@ -45,11 +45,11 @@ class TypeBatches:
         return (self[b] for b in range(len(self)))
 
 
-def type_source(ds: HeteroDataset, name: str) -> FeatureSource:
+def type_source(ds: Dataset, name: str) -> FeatureSource:
     """A featured type's stored rows as the packer reads them."""
     t = ds.schema.type(name)
     kind = f"features/{name}"
-    return FeatureSource(RAW_FEATURES, ds.file_path(kind), ds.features(name), AsFloat32(),
+    return FeatureSource(RAW_FEATURES, ds.file_path(kind), ds.type_features(name), AsFloat32(),
                          ds.manifest["files"][kind]["checksum"], t.feature_dim)
 
 
@@ -88,7 +88,7 @@ class HeteroPacks:
             path.unlink(missing_ok=True)
 
 
-def pack_hetero(ds: HeteroDataset, samples, held: dict[str, np.ndarray], out_dir, name: str, *,
+def pack_hetero(ds: Dataset, samples, held: dict[str, np.ndarray], out_dir, name: str, *,
                 pack_memory: int, threads: int | None = None, backend: str = "auto") -> tuple[HeteroPacks, dict]:
     """Packs every featured type's cold rows of `samples` (a HeteroSampleFile) into `out_dir/<name>.<type>.packs`;
     `held[type]`: the sorted ids its host tier holds. Returns the packs opened and the packer's statistics summed

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ..data.files import RecordFile, RecordLog, temp_path
-from ..data.hetero.format import HeteroDataset
+from ..data.format import Dataset
 from ..errors import DiskgnnError
 from .sample import Block, batch_key, commit_records, epoch_seeds, write_records
 
@@ -70,7 +70,7 @@ def parse_hetero_record(buf, index: int, src_types, dst_types) -> HeteroBatch:
 class HeteroGraph:
     """A hetero dataset's relations mapped for the native sampler, with the type indices the records use."""
 
-    def __init__(self, ds: HeteroDataset):
+    def __init__(self, ds: Dataset):
         from .. import _native
 
         schema = self.schema = ds.schema
@@ -120,7 +120,7 @@ class HeteroSampleFile(RecordFile):
         return (self[b] for b in range(len(self)))
 
 
-def sample_hetero_epoch(ds: HeteroDataset, graph: HeteroGraph, out_path, *, fanouts, batch_size: int, seed: int,
+def sample_hetero_epoch(ds: Dataset, graph: HeteroGraph, out_path, *, fanouts, batch_size: int, seed: int,
                         epoch: int, seeds: np.ndarray | None = None, threads: int | None = None,
                         max_batches: int | None = None) -> HeteroSampleFile:
     """Samples one epoch over `seeds` (default: the train split) into `out_path`; temporary names renamed,

@@ -26,8 +26,8 @@ from torch_geometric.data import EdgeAttr, FeatureStore, GraphStore, TensorAttr
 from torch_geometric.data.graph_store import EdgeLayout
 from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, NodeSamplerInput
 
-from ..data.hetero.format import open_hetero
-from ..data.hetero.schema import relation_fanouts
+from ..data.format import open_dataset
+from ..data.schema import relation_fanouts
 from ..errors import DiskgnnError
 from ..offline.hetero_sample import HeteroGraph
 from ..store.typed import TypedFeatures
@@ -52,7 +52,7 @@ class HeteroFeatureStore(FeatureStore):
 
     def _setup(self, path: Path, cache_bytes: int, backend: str) -> None:
         self.path, self.cache_bytes, self.backend_asked = path, cache_bytes, backend
-        self.ds = open_hetero(path)
+        self.ds = open_dataset(path, typed=True)
         self.schema = self.ds.schema
         self._open()
 
@@ -128,7 +128,7 @@ class HeteroGraphStore(GraphStore):
     def __init__(self, dataset_dir):
         super().__init__()
         self.path = Path(dataset_dir)
-        self.ds = open_hetero(self.path)
+        self.ds = open_dataset(self.path, typed=True)
         s = self.ds.schema
         self.attrs = [EdgeAttr(edge_type=r.key, layout=EdgeLayout.CSC, is_sorted=True,
                                size=(s.type(r.src).count, s.type(r.dst).count)) for r in s.relations]
@@ -161,7 +161,7 @@ class HeteroSampler(BaseSampler):
 
     def __init__(self, dataset_dir, fanouts=(10, 5), seed: int = 0, threads: int | None = None):
         self.path = Path(dataset_dir)
-        self.ds = open_hetero(self.path)
+        self.ds = open_dataset(self.path, typed=True)
         self.fanouts = relation_fanouts(list(fanouts), self.ds.schema, "HeteroSampler: fanouts")
         self.seed, self.threads = int(seed), threads or max(1, os.cpu_count() or 1)
         self.graph = HeteroGraph(self.ds)

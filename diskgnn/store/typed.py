@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ..data.hetero.format import HeteroDataset
+from ..data.format import Dataset
 from ..errors import DiskgnnError
 from ..io.reader import FileReader
 
@@ -50,7 +50,7 @@ def densest(counts: dict[str, np.ndarray], costs: dict[str, int], budget: int) -
 class TypedFeatures:
     """Per featured type: its reader, its host tier (sorted ids and their rows) and its counters."""
 
-    ds: HeteroDataset
+    ds: Dataset
     backend: str = "auto"
     readers: dict = field(default_factory=dict)
     tiers: dict = field(default_factory=dict)  # type -> (sorted ids int64, rows uint8 [n, row_bytes])

@@ -154,3 +154,31 @@ def test_random_map_is_a_second_map_of_the_same_rows(tmp_path):
     plain = np.ones((2, 2))
     view = rows[1:]
     assert random_map(plain) is plain and random_map(view) is view  # not a whole file's map: itself
+
+
+def test_every_dataset_has_node_types_and_relations(dataset, tmp_path):
+    """A homogeneous dataset is the one-type, one-relation case of the typed reader, over its own files (opened as
+    written, nothing prepared again); a typed one opens through the same class where a reader takes types."""
+    from diskgnn.data.format import ONE_RELATION, ONE_TYPE
+
+    from conftest import small_hetero
+
+    ds = open_dataset(dataset)
+    s = ds.schema
+    assert not ds.typed and [t.name for t in s.types] == [ONE_TYPE] and s.target == ONE_TYPE
+    assert [(r.src, r.name, r.dst, r.num_edges) for r in s.relations] == [(ONE_TYPE, ONE_RELATION, ONE_TYPE,
+                                                                             ds.num_edges)]
+    assert (s.types[0].count, s.types[0].feature_dim, s.num_classes) == (ds.num_nodes, ds.feature_dim, ds.num_classes)
+    assert s.types[0].row_bytes == ds.row_bytes
+    for got, want in zip(ds.csc(0), (ds.indptr, ds.indices)):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(ds.type_features(ONE_TYPE), ds.features)
+    assert open_dataset(dataset, typed=True).schema == s
+
+    typed = small_hetero(tmp_path / "typed")
+    with pytest.raises(DiskgnnError, match="a heterogeneous dataset; this command reads homogeneous ones"):
+        open_dataset(typed)
+    hds = open_dataset(typed, typed=True)
+    assert hds.typed and hds.schema.target == "paper" and hds.type_features("author") is None
+    assert hds.num_edges == sum(int(hds.csc(r)[1].size) for r in range(len(hds.schema.relations)))
+    assert hds.type_features("term").shape == (7, 4097)

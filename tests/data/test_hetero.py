@@ -31,18 +31,18 @@ def awkward(tmp_path):
 
 
 def test_npy_dir_matches_oracle(tmp_path, awkward):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.data.hetero.prepare import prepare_hetero
 
     src, counts, dims, rels, labels = awkward
     out = prepare_hetero(src, tmp_path / "ds", add_reverse=True, memory_budget="512MiB")
-    ds = open_hetero(out)
+    ds = open_dataset(out, typed=True)
     s = ds.schema
     assert [t.name for t in s.types] == ["a", "b", "c"] and s.target == "a" and s.num_classes == 4
     assert [r.name for r in s.relations] == ["cites", "to", "tags", "rev_cites", "rev_to", "rev_tags"]  # folder order
     for t in s.types:
         assert t.count == counts[t.name] and t.feature_dim == dims.get(t.name, 0)
-        x = ds.features(t.name)
+        x = ds.type_features(t.name)
         if dims.get(t.name):
             np.testing.assert_array_equal(x, np.load(src / "nodes" / t.name / "features.npy"))
         else:
@@ -63,13 +63,13 @@ def test_npy_dir_matches_oracle(tmp_path, awkward):
 
 
 def test_multilabel_and_given_split(tmp_path):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.data.hetero.prepare import prepare_hetero
 
     labels = np.array([[1, 0, 1], [-1, -1, -1], [0, 0, 0], [0, 1, 0]], dtype=np.int64)
     src = write_hetero_npy(tmp_path / "src", {"m": 4, "k": 2}, {"m": 3}, {("k", "of", "m"): [[0, 1], [1, 3]]}, "m",
                            labels, splits={"train": [0, 2], "val": [3], "test": []})
-    ds = open_hetero(prepare_hetero(src, tmp_path / "ds"))
+    ds = open_dataset(prepare_hetero(src, tmp_path / "ds"), typed=True)
     assert ds.schema.multilabel and ds.schema.num_classes == 3
     np.testing.assert_array_equal(ds.labels, labels)
     assert ds.split("train").tolist() == [0, 2] and ds.split("test").size == 0
@@ -86,11 +86,11 @@ def acm(tmp_path_factory):
 
 
 def test_hgb_acm(tmp_path, acm):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
 
     proc = run_module("diskgnn.prepare", acm, "--out", tmp_path / "ds", "--no-progress", "--memory-budget", "1GiB")
     assert proc.returncode == 0, proc.stderr
-    ds = open_hetero(tmp_path / "ds")
+    ds = open_dataset(tmp_path / "ds", typed=True)
     s = ds.schema
     assert [(t.name, t.count, t.feature_dim) for t in s.types] == [
         ("paper", 3025, 1902), ("author", 5959, 1902), ("subject", 56, 1902), ("term", 1902, 0)]
@@ -104,7 +104,7 @@ def test_hgb_acm(tmp_path, acm):
         np.testing.assert_array_equal(ds.csc(i)[0], want[0])
         np.testing.assert_array_equal(ds.csc(i)[1], want[1])
     first = open(acm / "node.dat").readline().rstrip("\n").split("\t")[-1]
-    np.testing.assert_array_equal(ds.features("paper")[0], np.array(first.split(","), dtype=np.float32))
+    np.testing.assert_array_equal(ds.type_features("paper")[0], np.array(first.split(","), dtype=np.float32))
     test = np.loadtxt(acm / "label.dat.test", dtype=str, delimiter="\t")
     np.testing.assert_array_equal(ds.labels[test[:, 0].astype(int)], test[:, 3].astype(int))
     assert run_module("diskgnn.verify", tmp_path / "ds").returncode == 0
@@ -170,7 +170,7 @@ def test_bad_hgb_inputs_are_one_line(tmp_path):
 def test_hgb_link_ends_as_ints_or_strings(tmp_path):
     """HGB's info.dat gives a link type's ends as integers (ACM) or as strings (DBLP, IMDB, Freebase): both
     prepare to the same dataset."""
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
 
     links = ((0, 1, "p-a"), (1, 0, "a-p"), (0, 0, "p-p"))
     link_dat = "0\t2\t0\t1.0\n1\t2\t0\t1.0\n2\t1\t1\t1.0\n0\t1\t2\t1.0\n1\t1\t2\t1.0\n"
@@ -180,7 +180,7 @@ def test_hgb_link_ends_as_ints_or_strings(tmp_path):
         out = tmp_path / f"ds-{flavour}"
         proc = run_module("diskgnn.prepare", src, "--format", "hgb", "--out", out, "--no-progress")
         assert proc.returncode == 0, proc.stderr
-        datasets.append(open_hetero(out))
+        datasets.append(open_dataset(out, typed=True))
     assert '"start": "1"' in (tmp_path / "strings" / "info.dat").read_text()
     a, b = datasets
     assert [(t.name, t.count, t.feature_dim) for t in a.schema.types] == [("p", 2, 2), ("a", 1, 0)]
@@ -205,14 +205,14 @@ def test_hgb_link_end_not_a_node_type_is_one_line(tmp_path, end):
 def test_mag_schema(tmp_path):
     """`prepare synthetic --schema mag`: the three types and relations with their reverses, MAG240M's degrees
     roughly, the same graph whatever the memory budget (chunking), verify clean."""
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
 
     args = ["synthetic", "--schema", "mag", "--nodes", "5000", "--feat-dim", "8", "--avg-degree", "6", "--classes",
             "4", "--seed", "3", "--papers-per-institution", "100", "--no-progress"]
     for out, budget in (("a", "160MiB"), ("b", "1GiB")):
         proc = run_module("diskgnn.prepare", *args, "--out", tmp_path / out, "--memory-budget", budget)
         assert proc.returncode == 0, proc.stderr
-    a, b = open_hetero(tmp_path / "a"), open_hetero(tmp_path / "b")
+    a, b = open_dataset(tmp_path / "a", typed=True), open_dataset(tmp_path / "b", typed=True)
     s = a.schema
     assert [(t.name, t.count, t.feature_dim, t.feature_dtype) for t in s.types] == [
         ("paper", 5000, 8, "float16"), ("author", 5000, 0, "float32"), ("institution", 50, 0, "float32")]
@@ -239,7 +239,7 @@ def test_kill_during_prepare_then_rerun(tmp_path):
     import time
 
     from conftest import REPO
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
 
     args = [sys.executable, "-m", "diskgnn.prepare", "synthetic", "--schema", "mag", "--nodes", "300000",
             "--feat-dim", "32", "--avg-degree", "8", "--classes", "4", "--seed", "1", "--no-progress"]
@@ -254,5 +254,5 @@ def test_kill_during_prepare_then_rerun(tmp_path):
     assert subprocess.run([*args, "--out", str(tmp_path / "k")], cwd=REPO).returncode == 0
     assert subprocess.run([*args, "--out", str(tmp_path / "clean")], cwd=REPO).returncode == 0
     assert not list(tmp_path.glob(".k.tmp-*"))
-    killed, clean = open_hetero(tmp_path / "k").manifest["files"], open_hetero(tmp_path / "clean").manifest["files"]
+    killed, clean = open_dataset(tmp_path / "k", typed=True).manifest["files"], open_dataset(tmp_path / "clean", typed=True).manifest["files"]
     assert {k: v["checksum"] for k, v in killed.items()} == {k: v["checksum"] for k, v in clean.items()}

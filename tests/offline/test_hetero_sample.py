@@ -8,10 +8,10 @@ from conftest import small_hetero
 
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.offline.hetero_sample import HeteroGraph
 
-    ds = open_hetero(small_hetero(tmp_path_factory.mktemp("hs")))
+    ds = open_dataset(small_hetero(tmp_path_factory.mktemp("hs")), typed=True)
     return ds, HeteroGraph(ds)
 
 
@@ -44,7 +44,7 @@ def check_batch(ds, b, fanouts, everything=False):
 
 
 def test_every_neighbour_and_fanouts(graph):
-    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.data.schema import relation_fanouts
 
     ds, g = graph
     seeds = ds.split("train")[:37]
@@ -62,7 +62,7 @@ def test_every_neighbour_and_fanouts(graph):
 
 
 def test_uniform_and_deterministic(graph, tmp_path):
-    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.data.schema import relation_fanouts
     from diskgnn.offline.hetero_sample import sample_hetero_epoch
     from diskgnn.offline.sample import batch_key
 
@@ -93,7 +93,7 @@ def test_uniform_and_deterministic(graph, tmp_path):
 
 
 def test_bad_seeds(graph):
-    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.data.schema import relation_fanouts
 
     ds, g = graph
     with pytest.raises(RuntimeError, match="same seed twice"):

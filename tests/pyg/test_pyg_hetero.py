@@ -28,9 +28,9 @@ def loader(data, ids, fanouts, batch_size, shuffle=False, cache="0"):
 
 @pytest.mark.parametrize("cache", ["0", "1MiB"])
 def test_batches_are_the_datasets(hds, cache):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
 
-    ds = open_hetero(hds)
+    ds = open_dataset(hds, typed=True)
     ids = np.asarray(ds.split("train"))
     seen = 0
     for data in loader(hds, ids, [3, 2], 17, cache=cache):
@@ -38,8 +38,8 @@ def test_batches_are_the_datasets(hds, cache):
         bs = data["paper"].batch_size
         assert np.array_equal(n_id[:bs], ids[seen:seen + bs])
         seen += bs
-        np.testing.assert_array_equal(data["paper"].x.numpy(), np.asarray(ds.features("paper"))[n_id])
-        np.testing.assert_array_equal(data["term"].x.numpy(), np.asarray(ds.features("term"))[data["term"].n_id])
+        np.testing.assert_array_equal(data["paper"].x.numpy(), np.asarray(ds.type_features("paper"))[n_id])
+        np.testing.assert_array_equal(data["term"].x.numpy(), np.asarray(ds.type_features("term"))[data["term"].n_id])
         np.testing.assert_array_equal(data["paper"].y.numpy(), np.asarray(ds.labels)[n_id])
         for i, r in enumerate(ds.schema.relations):  # every sampled edge is one of the relation's
             ei = data[r.key].edge_index.numpy()
@@ -53,9 +53,9 @@ def test_batches_are_the_datasets(hds, cache):
 def test_to_hetero_trains_through_the_seam(hds):
     from torch_geometric.nn import SAGEConv, to_hetero
 
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
 
-    ds = open_hetero(hds)
+    ds = open_dataset(hds, typed=True)
     s = ds.schema
     torch.manual_seed(0)
 

@@ -19,7 +19,7 @@ def hds(tmp_path_factory):
 
 def whole_graph_batch(ds):
     """Every paper as a seed, every neighbour over two hops: one batch that is the whole graph's forward."""
-    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.data.schema import relation_fanouts
     from diskgnn.loading.blocks import TensorBlock
     from diskgnn.offline.hetero_sample import HeteroGraph
 
@@ -28,7 +28,7 @@ def whole_graph_batch(ds):
     b = g.sample_batch(seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0)
     hops = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.blocks]
     nodes = {t.name: b.nodes[i] for i, t in enumerate(ds.schema.types)}
-    x = {t.name: torch.from_numpy(np.array(ds.features(t.name))[nodes[t.name]]) for t in ds.schema.types
+    x = {t.name: torch.from_numpy(np.array(ds.type_features(t.name))[nodes[t.name]]) for t in ds.schema.types
          if t.feature_dim}
     return hops, x, nodes
 
@@ -38,16 +38,16 @@ def test_sage_equals_pyg_to_hetero(hds):
     from torch_geometric.data import HeteroData
     from torch_geometric.nn import SAGEConv, to_hetero
 
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.nn.hetero import HeteroGNN
 
-    ds = open_hetero(hds)
+    ds = open_dataset(hds, typed=True)
     s = ds.schema
     torch.manual_seed(0)
     ours = HeteroGNN(s, "sage", 8, 3, 2, 0.5).eval()
     data = HeteroData()
     for t in s.types:
-        data[t.name].x = (torch.from_numpy(np.array(ds.features(t.name))) if t.feature_dim
+        data[t.name].x = (torch.from_numpy(np.array(ds.type_features(t.name))) if t.feature_dim
                           else ours.embeddings[t.name].weight.detach())
     for i, r in enumerate(s.relations):
         indptr, indices = ds.csc(i)
@@ -77,17 +77,17 @@ def test_sage_equals_pyg_to_hetero(hds):
 
 
 def test_rgcn_equals_dense_oracle(hds):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.nn.hetero import HeteroGNN
 
-    ds = open_hetero(hds)
+    ds = open_dataset(hds, typed=True)
     s = ds.schema
     torch.manual_seed(1)
     model = HeteroGNN(s, "rgcn", 8, 3, 2, 0.5, bases=2).eval()
     with torch.no_grad():
         h = {}
         for t in s.types:  # inputs projected to the hidden width
-            x = torch.from_numpy(np.array(ds.features(t.name))) if t.feature_dim else model.embeddings[t.name].weight
+            x = torch.from_numpy(np.array(ds.type_features(t.name))) if t.feature_dim else model.embeddings[t.name].weight
             h[t.name] = model.project[t.name](x) if t.feature_dim else x
         for li, layer in enumerate(model.layers):
             w = torch.einsum("rb,bio->rio", layer.coeff, layer.bases)
@@ -108,13 +108,13 @@ def test_rgcn_equals_dense_oracle(hds):
 
 @pytest.mark.parametrize("budget_rows", [0, 2, 10**6])
 def test_typed_features_match_numpy(tmp_path, budget_rows):
-    from diskgnn.data.hetero.format import open_hetero
+    from diskgnn.data.format import open_dataset
     from diskgnn.data.hetero.prepare import prepare_hetero
     from diskgnn.store.typed import TypedFeatures
 
     src = write_hetero_npy(tmp_path / "src", {"w": 199, "o": 1, "n": 3}, {"w": 4097, "o": 1},
                            {("o", "to", "w"): [[0, 5]], ("n", "in", "w"): [[2, 198]]}, "w", np.zeros(199, int))
-    ds = open_hetero(prepare_hetero(src, tmp_path / "ds"))
+    ds = open_dataset(prepare_hetero(src, tmp_path / "ds"), typed=True)
     f = TypedFeatures(ds)
     counts = {"w": np.bincount([3, 3, 3, 7, 198], minlength=199), "o": np.ones(1, np.int64)}
     f.place(counts, budget_rows * (4097 * 4 + 8))
@@ -130,14 +130,14 @@ def test_typed_features_match_numpy(tmp_path, budget_rows):
 def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
     """Rows read from an epoch's per-type packs equal numpy indexing of each type's features: awkward batches (one
     seed each; terms of 4097 floats; batches with no term at all), host tiers of none, some, all."""
-    from diskgnn.data.hetero.format import open_hetero
-    from diskgnn.data.hetero.schema import relation_fanouts
+    from diskgnn.data.format import open_dataset
+    from diskgnn.data.schema import relation_fanouts
     from diskgnn.errors import DiskgnnError
     from diskgnn.offline.hetero_pack import pack_hetero
     from diskgnn.offline.hetero_sample import HeteroGraph, sample_hetero_epoch
     from diskgnn.store.typed import TypedFeatures
 
-    ds = open_hetero(hds)
+    ds = open_dataset(hds, typed=True)
     fanouts = relation_fanouts("tags=1/cites=2", ds.schema)  # terms only where the seed has a tag
     samples = sample_hetero_epoch(ds, HeteroGraph(ds), tmp_path / "e.samples", fanouts=fanouts, batch_size=1, seed=1,
                                   epoch=0)
@@ -152,7 +152,7 @@ def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
         for name in ("paper", "term"):
             ids = batch.nodes[names.index(name)]
             empty += ids.size == 0
-            want = np.asarray(ds.features(name))[ids]
+            want = np.asarray(ds.type_features(name))[ids]
             np.testing.assert_array_equal(f.gather(name, ids, packs, b).numpy(), want)
     assert empty > 0 and len(samples) == 100
     packed = sum(int(p.rows.sum()) * p.row_bytes for p in packs.files.values())

@@ -23,7 +23,7 @@ import numpy as np
 from ...errors import UsageError
 from ..sources.powerlaw import PowerLawSource
 from ..sources.synthetic import BLOCK, stream
-from .schema import NodeType, Relation
+from ..schema import NodeType, Relation
 
 WRITES, AFFILIATED = 11, 12  # stream kinds beside the powerlaw source's
 

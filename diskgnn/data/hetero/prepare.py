@@ -20,7 +20,7 @@ from ..csc import CscBuilder
 from ..format import FEATURE_DTYPES, SPLITS
 from ..splits import check_given, ratio_split
 from .format import HeteroBuilder
-from .schema import NodeType, Relation, Schema
+from ..schema import NodeType, Relation, Schema
 from .sources import is_hgb, is_npy_hetero, open_hetero_source
 
 

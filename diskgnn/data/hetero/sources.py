@@ -15,7 +15,7 @@ import numpy as np
 
 from ...errors import DiskgnnError
 from ..sources.base import NpyArray, require
-from .schema import NodeType, Relation, checked_name
+from ..schema import NodeType, Relation, checked_name
 
 HGB_FILES = ("node.dat", "link.dat", "label.dat", "info.dat")
 

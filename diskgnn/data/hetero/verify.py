@@ -14,7 +14,8 @@ import numpy as np
 
 from ... import defaults
 from ..format import SPLITS, checksum_problems
-from .format import HeteroDataset, read_hetero_manifest
+from ..format import Dataset
+from .format import read_hetero_manifest
 from .prepare import labeled
 
 
@@ -22,7 +23,7 @@ def verify_hetero(path) -> list[str]:
     path = Path(path).absolute()
     m = read_hetero_manifest(path)
     problems = checksum_problems(path, m)
-    ds = HeteroDataset(path, m)
+    ds = Dataset(path, m)
     schema = ds.schema
     count = {t.name: t.count for t in schema.types}
     chunk = max(1024, defaults.VERIFY_CHUNK_BYTES // 8)
@@ -78,7 +79,7 @@ def verify_hetero(path) -> list[str]:
         problems.append(f"{path}: train, val and test splits overlap")
     if not m["producer"]["options"].get("allow_nonfinite"):
         for t in schema.types:
-            x = ds.features(t.name)
+            x = ds.type_features(t.name)
             if x is None or not np.issubdtype(x.dtype, np.floating):
                 continue
             rows = max(1, defaults.VERIFY_CHUNK_BYTES // max(1, t.row_bytes))

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from ... import defaults
-from ...data.hetero.format import HeteroDataset, open_hetero
-from ...data.hetero.schema import relation_fanouts
+from ...data.format import Dataset, open_dataset
+from ...data.schema import relation_fanouts
 from ...data.files import guard_io
 from ...errors import DiskgnnError, UsageError
 from ...loading.hetero import hetero_pass
@@ -69,7 +69,7 @@ class HeteroRun:
 
     def __init__(self, cfg, log=print):
         self.cfg, self.log = cfg, log
-        self.ds: HeteroDataset = open_hetero(cfg.data)
+        self.ds: Dataset = open_dataset(cfg.data, typed=True)
         self.schema = schema = self.ds.schema
         refuse(cfg, self.ds)
         self.fanouts = relation_fanouts(cfg.fanouts, schema)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import DiskgnnError, UsageError
+from ..errors import DiskgnnError, UsageError
 
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,63}$")
 
