@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..loading.blocks import TensorBlock
-from ..offline.sample import Batch
+from ..offline.batches import Batch
 
 OWNERS = ("hash", "range")
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -61,7 +61,7 @@ class OwnedRows:
 
     def own(self, batch: Batch) -> Batch:
         mine = owners(batch.nodes, self.world, self.scheme, self.num_nodes) == self.rank
-        return Batch(batch.index, batch.nodes[mine], [], 0)
+        return Batch.one_type(batch.index, batch.nodes[mine], [], 0)
 
     def __getitem__(self, b: int) -> Batch:
         return self.own(self.samples[b])

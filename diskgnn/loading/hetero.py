@@ -34,27 +34,25 @@ class HeteroMiniBatch:
                                self.nodes, self.labels.to(device, non_blocking=True), self.num_seeds)
 
 
-def hetero_pass(samples, features, labels: np.ndarray, fanouts, *, multilabel: bool, device, start: int = 0,
+def hetero_pass(samples, schema, features, labels: np.ndarray, fanouts, *, multilabel: bool, device, start: int = 0,
                 stop: int | None = None, depth: int = 2, packs=None) -> Pipeline:
-    """Batches start..stop of `samples` (a HeteroSampleFile) as HeteroMiniBatches on `device`; `fanouts[h][r]`
+    """Batches start..stop of `samples` (a typed SampleFile of `schema`'s graph) as HeteroMiniBatches on `device`; `fanouts[h][r]`
     says which relations each hop follows; `packs` (offline/hetero_pack.HeteroPacks): the cold rows, one region
     a batch and type (else gathered by id)."""
-    schema = samples.graph.schema
     names = [t.name for t in schema.types]
-    target = schema.type_index(schema.target)
 
     def blocks(b: int):
         batch = samples[b]
         hops = [[TensorBlock.from_csc(blk.indptr, blk.indices, blk.num_dst, blk.num_src) if fanouts[h][r] else None
-                 for r, blk in enumerate(hop)] for h, hop in enumerate(batch.blocks)]
+                 for r, blk in enumerate(hop)] for h, hop in enumerate(batch.hops)]
         return batch, hops
 
     def read(item):
         batch, hops = item
-        nodes = {names[t]: batch.nodes[t] for t in range(len(names))}
+        nodes = {names[t]: batch.type_nodes[t] for t in range(len(names))}
         x = {name: features.gather(name, ids, packs, batch.index) for name, ids in nodes.items()
              if name in features.readers}
-        seeds = batch.nodes[target][: batch.num_seeds]
+        seeds = batch.seeds
         y = torch.from_numpy(np.asarray(labels[seeds]))
         y = y.float() if multilabel else y.long()
         return HeteroMiniBatch(batch.index, hops, x, nodes, y, batch.num_seeds).to(device)

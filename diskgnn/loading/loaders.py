@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from ..data.features import FeatureSource, feature_source
-from ..offline.sample import NEIGHBOR, Sampler, SampleFile, epoch_seeds, open_graph, sample_batch
+from ..offline.batches import SampleFile
+from ..offline.sample import NEIGHBOR, Sampler, epoch_seeds, open_graph, sample_batch
 from ..store.store import FeatureStore
 from ..store.tiers import TierStats
 from .pipeline import Pipeline, Stage

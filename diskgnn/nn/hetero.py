@@ -1,6 +1,6 @@
 """Models over heterogeneous blocks: RGraphSAGE and R-GCN with basis decomposition.
 
-A batch's hop h holds one block per relation (offline/hetero_sample.py): relation r's destinations are the
+A batch's hop h holds one block per relation (offline/batches.py): relation r's destinations are the
 first nodes of its destination type, its sources positions among its source type's nodes. Layer l runs hop
 L-1-l: every type's new representation from its relations' neighbour means.
 

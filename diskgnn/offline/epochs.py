@@ -38,7 +38,8 @@ from .link_batches import LinkEpoch, LinkSpec
 from .pack import PackFile, pack_counts, pack_epoch
 from .partitions import EdgeBuckets
 from .placement import Placement, access_counts, place
-from .sample import NEIGHBOR, Sampler, SampleFile, batch_order, read_topology_ahead, sample_epoch
+from .batches import SampleFile
+from .sample import NEIGHBOR, Sampler, batch_order, read_topology_ahead, sample_epoch
 
 
 @dataclass

@@ -39,7 +39,7 @@ class TypeBatches:
         return len(self.samples)
 
     def __getitem__(self, b: int) -> TypeBatch:
-        return TypeBatch(b, self.samples[b].nodes[self.t])
+        return TypeBatch(b, self.samples[b].type_nodes[self.t])
 
     def __iter__(self):
         return (self[b] for b in range(len(self)))
@@ -90,7 +90,7 @@ class HeteroPacks:
 
 def pack_hetero(ds: Dataset, samples, held: dict[str, np.ndarray], out_dir, name: str, *,
                 pack_memory: int, threads: int | None = None, backend: str = "auto") -> tuple[HeteroPacks, dict]:
-    """Packs every featured type's cold rows of `samples` (a HeteroSampleFile) into `out_dir/<name>.<type>.packs`;
+    """Packs every featured type's cold rows of `samples` (a typed SampleFile) into `out_dir/<name>.<type>.packs`;
     `held[type]`: the sorted ids its host tier holds. Returns the packs opened and the packer's statistics summed
     over the types (plan_s, write_s, bytes_written, ...)."""
     files, stats = {}, {}

@@ -3,7 +3,9 @@
 Node-wise uniform neighbour sampling without replacement (native, threaded):
 hop h takes up to fanouts[h] in-neighbours of every node known so far, so
 block h has the nodes of hop h as destinations and the nodes of hop h + 1 as
-sources (destinations first). The model runs the blocks from the last hop to
+sources (destinations first). A typed graph's hop h takes, for every node of
+type t known after hop h and every relation r into t, up to fanouts[h][r]
+distinct sources along r (offline/batches.py says how its records read). The model runs the blocks from the last hop to
 the first; the last hop's nodes are the batch's input nodes, whose features
 are read. Every batch has its own random stream keyed by (seed, epoch, batch),
 so a seed gives the same samples whatever the thread count.
@@ -25,60 +27,12 @@ from pathlib import Path
 import numpy as np
 
 from .. import defaults
-from ..data.files import RecordFile, RecordLog, guard_io, read_chunks, temp_path, write_index_tmp
+from ..data.files import RecordLog, guard_io, read_chunks, temp_path, write_index_tmp
 from ..data.format import Dataset
 from ..errors import DiskgnnError
+from .batches import SAMPLES_FORMAT, SAMPLES_VERSION, Batch, SampleFile, parse_record, parse_typed_record
 
 SAMPLERS = ("neighbor", "labor")
-SAMPLES_FORMAT = "diskgnn-samples"
-SAMPLES_VERSION = 1
-
-
-@dataclass
-class Block:
-    """One hop as a CSC adjacency over local ids: dst i aggregates indices[indptr[i]:indptr[i+1]]."""
-
-    indptr: np.ndarray  # int32[num_dst + 1]
-    indices: np.ndarray  # int32[num_edges], local ids < num_src
-    num_dst: int
-    num_src: int
-
-
-@dataclass
-class Batch:
-    """A sampled mini-batch; `nodes[:num_seeds]` are its seeds."""
-
-    index: int
-    nodes: np.ndarray  # int64 global ids of every node in local-id order = the input nodes
-    blocks: list[Block]  # blocks[0] computes the seeds; the model runs blocks[::-1]
-    num_seeds: int
-    hag_bytes: memoryview | None = None  # its blocks' stored HAGs (loading/hag.py's encode), if searched
-
-    @property
-    def seeds(self) -> np.ndarray:
-        return self.nodes[: self.num_seeds]
-
-
-def parse_record(buf: memoryview | bytes, index: int) -> Batch:
-    """Decodes one batch record (layout in native/sampler.h)."""
-    head = np.frombuffer(buf, dtype="<i8", count=1)
-    layers = int(head[0])
-    header = np.frombuffer(buf, dtype="<i8", count=2 * layers + 2)
-    counts = header[1: layers + 2]
-    edges = header[layers + 2:]
-    off = header.nbytes
-    nodes = np.frombuffer(buf, dtype="<i8", count=int(counts[-1]), offset=off)
-    off += nodes.nbytes
-    blocks = []
-    for h in range(layers):
-        n_dst = int(counts[h])
-        indptr = np.frombuffer(buf, dtype="<i4", count=n_dst + 1, offset=off)
-        off += indptr.nbytes
-        indices = np.frombuffer(buf, dtype="<i4", count=int(edges[h]), offset=off)
-        off += indices.nbytes
-        blocks.append(Block(indptr, indices, n_dst, int(counts[h + 1])))
-    end = -(-off // 8) * 8  # records are padded to 8 bytes; stored HAGs follow
-    return Batch(index, nodes, blocks, int(counts[0]), memoryview(buf)[end:] if len(buf) > end else None)
 
 
 @dataclass(frozen=True)
@@ -139,45 +93,57 @@ def batch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
     return rng.permutation(num_batches)
 
 
-class SampleFile(RecordFile):
-    """An epoch's sampled batches; checksums are checked as each batch is read."""
+class Graph:
+    """A dataset's relations mapped for the native samplers (MADV_RANDOM), with the type indices records use: one
+    relation (a homogeneous dataset), sampled node-wise uniform or by LABOR, its blocks' HAGs and a link epoch's
+    partitions beside; or several (a typed dataset), node-wise uniform per hop and relation (fanouts[h][r])."""
 
-    what = "batch"
+    def __init__(self, dataset: Dataset):
+        from .. import _native
 
-    def __init__(self, path):
-        super().__init__(path, SAMPLES_FORMAT, SAMPLES_VERSION)
+        schema = self.schema = dataset.schema
+        self.typed = dataset.typed
+        self.views = []
+        for i, r in enumerate(schema.relations):
+            indptr, indices = dataset.relation_kinds(i)
+            self.views.append(_native.CscView(
+                str(dataset.file_path(indptr)), str(dataset.file_path(indices)), schema.type(r.dst).count,
+                r.num_edges, np.dtype(dataset.manifest["files"][indices]["dtype"]).itemsize))
+        self.relations = [(schema.type_index(r.src), schema.type_index(r.dst)) for r in schema.relations]
+        self.target = schema.type_index(schema.target)
 
-    @property
-    def fanouts(self) -> list[int]:
-        return self.meta["fanouts"]
+    def records(self, groups: list[np.ndarray], keys: list[int], fanouts, seed: int, threads: int,
+                sampler: "Sampler" = None, seed_type: int | None = None, **restrict) -> list[bytes]:
+        """One record per group of seeds (of type `seed_type`, default the target's), batch i under keys[i];
+        `restrict`: a partitioned link epoch's masks and excluded positives (one relation only)."""
+        from .. import _native
 
-    @property
-    def hag_mode(self) -> str:
-        """The --hag mode its HAGs were searched under ("off": none stored)."""
-        return self.meta.get("hag", {}).get("mode", "off")
+        flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
+        bounds = np.concatenate([[0], np.cumsum([len(g) for g in groups])]).astype(np.int64).tolist()
+        if not self.typed:
+            return _native.sample_batches(self.views[0], flat, bounds, keys, list(fanouts), seed, threads,
+                                          **(sampler or NEIGHBOR).native(), **restrict)
+        return _native.sample_hetero_batches(self.views, [s for s, _ in self.relations],
+                                             [d for _, d in self.relations], len(self.schema.types),
+                                             self.target if seed_type is None else seed_type, flat, bounds, keys,
+                                             [list(f) for f in fanouts], seed, threads)
 
-    def batch_id(self, b: int) -> int:
-        """Record b's batch in the whole epoch or eval set (a rank's share or a chunk holds some of them): what
-        its sampler key and its link batch are indexed by. (Batch.index is b: its pack region's too.)"""
-        ids = self.meta.get("batch_ids")
-        return b if ids is None else ids[b]
+    def parse(self, rec, index: int, seed_type: int | None = None) -> Batch:
+        if not self.typed:
+            return parse_record(rec, index)
+        return parse_typed_record(rec, index, self.relations, self.target if seed_type is None else seed_type)
 
-    def __getitem__(self, b: int) -> Batch:
-        if not 0 <= b < len(self):
-            raise IndexError(f"{self.path}: batch {b} out of range [0, {len(self)})")
-        return parse_record(self.record(b), b)
-
-    def __iter__(self):
-        return (self[b] for b in range(len(self)))
+    def index_meta(self, seed_type: int | None = None) -> dict:
+        """What a sample file's index says of its records' layout (batches.py)."""
+        if not self.typed:
+            return {}
+        return {"relations": [list(r) for r in self.relations],
+                "seed_type": self.target if seed_type is None else seed_type}
 
 
-def open_graph(dataset: Dataset):
-    """The dataset's CSC topology mapped for the native sampler."""
-    from .. import _native
-
-    ind = dataset.manifest["files"]["indices"]
-    return _native.CscView(str(dataset.file_path("indptr")), str(dataset.file_path("indices")),
-                           dataset.num_nodes, dataset.num_edges, np.dtype(ind["dtype"]).itemsize)
+def open_graph(dataset: Dataset) -> Graph:
+    """The dataset's topology, every relation's CSC, mapped for the native sampler."""
+    return Graph(dataset)
 
 
 def topology_bytes(dataset: Dataset) -> int:
@@ -203,14 +169,11 @@ def batch_key(epoch: int, b: int) -> int:
     return (epoch << 32) + b
 
 
-def sample_batch(graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int, index: int = 0,
-                 sampler: Sampler = NEIGHBOR) -> Batch:
+def sample_batch(graph: Graph, seeds: np.ndarray, *, key: int, fanouts, seed: int, threads: int, index: int = 0,
+                 sampler: Sampler = NEIGHBOR, seed_type: int | None = None) -> Batch:
     """One batch sampled now (online), identical to the record sample_epoch writes under the same key."""
-    from .. import _native
-
-    rec = _native.sample_batches(graph, seeds, [0, len(seeds)], [key], list(fanouts), seed, threads,
-                                 **sampler.native())[0]
-    return parse_record(rec, index)
+    rec = graph.records([np.asarray(seeds, np.int64)], [key], fanouts, seed, threads, sampler, seed_type)[0]
+    return graph.parse(rec, index, seed_type)
 
 
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,
@@ -230,16 +193,23 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     set) no batch is dropped to even the ranks out, `max_batches` counts the whole epoch's, and `first_batch` skips
     the batches before it (a chunk of the set: each batch is sampled as in the whole set). `hag` (a HagBuilder, see
     loading/hag.py) searches each batch's HAGs as it is sampled, in `threads` threads, and stores them after its
-    record. Writes to temporary names and renames, index last, so a reader never sees half a file.
+    record. A typed graph's `fanouts` are per hop and relation (0: not followed at that hop). Writes to temporary
+    names and renames, index last, so a reader never sees half a file.
     """
-    from .. import _native
-
-    fanouts = [int(f) for f in fanouts]
-    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
-        raise DiskgnnError(f"fanouts {fanouts}: each must be positive or -1 (all neighbours)")
+    graph = graph or open_graph(dataset)
+    if graph.typed:
+        fanouts = [[int(f) for f in hop] if isinstance(hop, (list, tuple)) else [] for hop in fanouts]
+        if not fanouts or any(len(hop) != len(graph.relations) or min(hop) < -1 for hop in fanouts):
+            raise DiskgnnError(f"fanouts {fanouts}: per hop, a count >= -1 for each of the "
+                               f"{len(graph.relations)} relations")
+        if sampler != NEIGHBOR or (hag is not None and hag.active) or partition_rows:
+            raise DiskgnnError("a typed graph samples node-wise uniform per relation: no LABOR, HAGs or partitions")
+    else:
+        fanouts = [int(f) for f in fanouts]
+        if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+            raise DiskgnnError(f"fanouts {fanouts}: each must be positive or -1 (all neighbours)")
     if batch_size < 1:
         raise DiskgnnError(f"batch size {batch_size}: must be at least 1")
-    graph = graph or open_graph(dataset)
     link_batches = batches is not None
     if batches is None:
         seeds = np.asarray(dataset.split("train") if seeds is None else seeds, dtype=np.int64)
@@ -284,13 +254,11 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
             for g in range(0, len(index), defaults.SAMPLE_GROUP):
                 links = [batches[int(k)] for k in index[g: g + defaults.SAMPLE_GROUP]]
                 group = [b.seeds for b in links] if link_batches else links
-                flat = np.concatenate(group) if group else np.empty(0, np.int64)
-                seen_seeds += flat.size
-                bounds = np.concatenate([[0], np.cumsum([len(b) for b in group])]).tolist()
+                seen_seeds += sum(len(b) for b in group)
                 keys = [sampler.key(epoch, int(index[g + i]), num_batches) for i in range(len(group))]
                 restrict = restriction(links) if partition_rows else {}
-                records = with_hags(searchers, _native.sample_batches(graph, flat, bounds, keys, fanouts, seed,
-                                                                      threads, **sampler.native(), **restrict))
+                records = with_hags(searchers, graph.records(group, keys, fanouts, seed, threads, sampler,
+                                                             **restrict))
                 if written is not None:
                     written.result()  # one group in flight: its records are the memory this holds
                 written = writer.submit(write, f, records)
@@ -309,7 +277,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         "num_batches": len(index), "num_seeds": seen_seeds, "shard": list(shard), "batch_ids": index.tolist(),
         "offsets": log.offsets, "checksums": log.checksums, "file_bytes": log.offsets[-1],
         "hag": {"mode": hag.mode if hag is not None else "off"},
-        "partition_rows": partition_rows or None,
+        "partition_rows": partition_rows or None, **graph.index_meta(),
     }
     commit_records(tmp, out_path, meta)
     return SampleFile(out_path)

@@ -29,7 +29,7 @@ from torch_geometric.sampler import BaseSampler, HeteroSamplerOutput, NodeSample
 from ..data.format import open_dataset
 from ..data.schema import relation_fanouts
 from ..errors import DiskgnnError
-from ..offline.hetero_sample import HeteroGraph
+from ..offline.sample import open_graph, sample_batch
 from ..store.typed import TypedFeatures
 from ..units import parse_size
 from .stores import DEFAULT_CACHE, _read_only
@@ -164,7 +164,7 @@ class HeteroSampler(BaseSampler):
         self.ds = open_dataset(self.path, typed=True)
         self.fanouts = relation_fanouts(list(fanouts), self.ds.schema, "HeteroSampler: fanouts")
         self.seed, self.threads = int(seed), threads or max(1, os.cpu_count() or 1)
-        self.graph = HeteroGraph(self.ds)
+        self.graph = open_graph(self.ds)
         self.calls = 0
 
     def __getstate__(self):
@@ -172,7 +172,7 @@ class HeteroSampler(BaseSampler):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        self.graph = HeteroGraph(self.ds)
+        self.graph = open_graph(self.ds)
 
     def sample_from_nodes(self, inputs: NodeSamplerInput) -> HeteroSamplerOutput:
         s = self.ds.schema
@@ -186,18 +186,18 @@ class HeteroSampler(BaseSampler):
         worker = torch.utils.data.get_worker_info()
         key = ((worker.id + 1 if worker is not None else 0) << 40) + self.calls
         self.calls += 1
-        b = self.graph.sample_batch(seeds, key=key, fanouts=self.fanouts, seed=self.seed, threads=self.threads,
-                                    target=s.type_index(kind))
-        node = {t.name: torch.from_numpy(np.array(b.nodes[i], dtype=np.int64)) for i, t in enumerate(s.types)}
+        b = sample_batch(self.graph, seeds, key=key, fanouts=self.fanouts, seed=self.seed, threads=self.threads,
+                         seed_type=s.type_index(kind))
+        node = {t.name: torch.from_numpy(np.array(b.type_nodes[i], dtype=np.int64)) for i, t in enumerate(s.types)}
         row, col, edges = {}, {}, {}
         for r, rel in enumerate(s.relations):
             src, dst = [], []
-            for hop in b.blocks:
+            for hop in b.hops:
                 blk = hop[r]
                 src.append(np.asarray(blk.indices, dtype=np.int64))
                 dst.append(np.repeat(np.arange(blk.num_dst, dtype=np.int64), np.diff(blk.indptr)))
             row[rel.key], col[rel.key] = torch.from_numpy(np.concatenate(src)), torch.from_numpy(np.concatenate(dst))
-            edges[rel.key] = [int(hop[r].indices.size) for hop in b.blocks]
+            edges[rel.key] = [int(hop[r].indices.size) for hop in b.hops]
         counts = b.counts
         sampled = {t.name: [int(counts[0, i])] + [int(counts[h, i] - counts[h - 1, i]) for h in range(1, len(counts))]
                    for i, t in enumerate(s.types)}

@@ -25,7 +25,7 @@ from ..data.features import RAW_FEATURES, feature_source
 from ..data.format import open_dataset
 from ..errors import DiskgnnError
 from ..offline.placement import place
-from ..offline.sample import Batch
+from ..offline.batches import Batch
 from ..store.store import FeatureStore as RowStore
 from ..store.tiers import load_tiers
 from ..units import parse_size
@@ -104,7 +104,7 @@ class DiskgnnFeatureStore(FeatureStore):
         for attr in attrs:
             self._check(attr)
         # Every x read is started before any is waited for, so they are in flight together.
-        pending = {i: self.rows.start(Batch(-1, self._ids(a.index), [], 0))
+        pending = {i: self.rows.start(Batch.one_type(-1, self._ids(a.index), [], 0))
                    for i, a in enumerate(attrs) if a.attr_name == "x"}
         out = []
         for i, attr in enumerate(attrs):

@@ -35,14 +35,14 @@ class Target:
         labels, and as `batch` the input rows it reads."""
         from ..loading.blocks import sampled_blocks
         from ..loading.loaders import MiniBatch
-        from ..offline.sample import Batch
+        from ..offline.batches import Batch
 
         seeds = batch.seeds if share is None else share.seed_ids
         y = torch.from_numpy(np.asarray(labels[seeds], dtype=np.int64))
         if share is None:
             return MiniBatch(batch, sampled_blocks(batch), y, None, labels, salt_of(batch))
         blocks = [layer.block for layer in share.layers]
-        return MiniBatch(Batch(batch.index, share.input_ids, [], 0), blocks, y, share, labels, salt_of(batch))
+        return MiniBatch(Batch.one_type(batch.index, share.input_ids, [], 0), blocks, y, share, labels, salt_of(batch))
 
     def transfer(self, work, store):
         """The batch's features and structure where the step runs (the copy stage; on a CPU, the assemble's)."""

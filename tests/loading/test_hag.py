@@ -212,7 +212,8 @@ def test_sample_files_store_each_batchs_hags_under_its_checksum(train_data, tmp_
     from diskgnn.data.format import open_dataset
     from diskgnn.errors import DiskgnnError
     from diskgnn.loading.blocks import sampled_blocks
-    from diskgnn.offline.sample import SampleFile, sample_epoch
+    from diskgnn.offline.batches import SampleFile
+    from diskgnn.offline.sample import sample_epoch
     from diskgnn.target.cpu import CpuTarget
 
     ds = open_dataset(train_data)

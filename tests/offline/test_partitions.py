@@ -8,13 +8,13 @@ from itertools import combinations_with_replacement
 import numpy as np
 import pytest
 
-from diskgnn import _native
 from diskgnn.data.format import open_dataset
 from diskgnn.data.prepare import prepare
 from diskgnn.errors import UsageError
 from diskgnn.offline.link_batches import LinkEpoch, LinkSpec
 from diskgnn.offline.partitions import EdgeBuckets, buffer_plan, buffer_states, partition_rows
-from diskgnn.offline.sample import Sampler, open_graph, parse_record
+from diskgnn.offline.batches import parse_record
+from diskgnn.offline.sample import Sampler, open_graph
 
 from conftest import edge_list, random_graph, write_npy_dir
 
@@ -88,8 +88,8 @@ def dataset(tmp_path_factory):
 def sample(ds, seeds, fanouts, sampler=Sampler(), rows=0, masks=(), exclude=None):
     extra = {} if exclude is None else {"exclude_pairs": np.asarray(exclude, np.int64).reshape(-1, 2),
                                         "exclude_offsets": [0, len(exclude)]}
-    recs = _native.sample_batches(open_graph(ds), np.asarray(seeds, np.int64), [0, len(seeds)], [17], fanouts, 3, 1,
-                                  **sampler.native(), partition_rows=rows, batch_masks=list(masks), **extra)
+    recs = open_graph(ds).records([np.asarray(seeds, np.int64)], [17], fanouts, 3, 1, sampler, partition_rows=rows,
+                                  batch_masks=list(masks), **extra)
     return parse_record(recs[0], 0)
 
 

@@ -12,7 +12,7 @@ import pytest
 from diskgnn import _native
 from diskgnn.offline.pack import PackFile
 from diskgnn.offline.placement import place
-from diskgnn.offline.sample import Batch
+from diskgnn.offline.batches import Batch
 from diskgnn.store.staging import Slabs
 from diskgnn.store.store import DeviceAssembly, FeatureStore, HostAssembly
 from diskgnn.store.tiers import PlacedTier, load_tiers
@@ -96,7 +96,7 @@ def test_ids_not_known_ahead_equal_numpy(tmp_path, assembly, ids):
     store = FeatureStore(ds, placement, None, assembly=ASSEMBLIES[assembly](), read_depth=1)
     ids = np.asarray(ids, dtype=np.int64)
     for _ in range(3):  # slabs are reused
-        x = store.load(Batch(-1, ids, [], 0))
+        x = store.load(Batch.one_type(-1, ids, [], 0))
         assert x.shape == (ids.size, 7)
         np.testing.assert_array_equal(x.numpy(), features[ids].astype(np.float32))
     store.close()

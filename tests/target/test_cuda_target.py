@@ -17,7 +17,8 @@ from diskgnn.loading.loaders import OfflineLoader
 from diskgnn.nn.dropout import mix, native_dropout, row_positions
 from diskgnn.nn.models import GNN
 from diskgnn.offline.pack import PackFile
-from diskgnn.offline.sample import Batch, Block, sample_epoch
+from diskgnn.offline.batches import Batch, Block
+from diskgnn.offline.sample import sample_epoch
 from diskgnn.store.store import FeatureStore
 from diskgnn.store.tiers import load_tiers
 from diskgnn.target.cpu import CpuTarget
@@ -69,7 +70,7 @@ def _batch(shapes_seed: int, empty_block: bool = False) -> Batch:
     outer = rng.integers(0, src, int(outer_ptr[-1])).astype(np.int32)
     outer[:2] = outer[0] if outer.size >= 2 else outer[:2]  # a duplicate source
     nodes = rng.permutation(1000)[:src].astype(np.int64)
-    return Batch(0, nodes, [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)], seeds)
+    return Batch.one_type(0, nodes, [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)], seeds)
 
 
 @pytest.mark.parametrize("empty_block", [False, True])

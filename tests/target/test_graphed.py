@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from diskgnn.errors import UsageError
 from diskgnn.nn.models import GNN
-from diskgnn.offline.sample import Batch, Block, sample_epoch
+from diskgnn.offline.batches import Batch, Block
+from diskgnn.offline.sample import sample_epoch
 from diskgnn.target.cuda import CudaTarget
 from diskgnn.target.graphed import Bucket, CaptureFailed, GraphedStep, choose
 from diskgnn.target.record import BatchRecord, device_block
@@ -50,7 +51,7 @@ def _odd_batches(dim: int, classes: int):
         outer = rng.integers(0, src, int(outer_ptr[-1])).astype(np.int32)
         outer[:2] = outer[0] if outer.size >= 2 else outer[:2]
         nodes = rng.permutation(1000)[:src].astype(np.int64)
-        batch = Batch(0, nodes, [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)], seeds)
+        batch = Batch.one_type(0, nodes, [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)], seeds)
         out.append((batch, torch.randn(src, dim, generator=torch.Generator().manual_seed(src))))
     labels = np.arange(1000) % classes
     return [_minibatch(b, labels, x) for b, x in out]

@@ -21,13 +21,12 @@ def whole_graph_batch(ds):
     """Every paper as a seed, every neighbour over two hops: one batch that is the whole graph's forward."""
     from diskgnn.data.schema import relation_fanouts
     from diskgnn.loading.blocks import TensorBlock
-    from diskgnn.offline.hetero_sample import HeteroGraph
+    from diskgnn.offline.sample import open_graph, sample_batch
 
-    g = HeteroGraph(ds)
     seeds = np.arange(ds.schema.type("paper").count)
-    b = g.sample_batch(seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0)
-    hops = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.blocks]
-    nodes = {t.name: b.nodes[i] for i, t in enumerate(ds.schema.types)}
+    b = sample_batch(open_graph(ds), seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0, threads=1)
+    hops = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.hops]
+    nodes = {t.name: b.type_nodes[i] for i, t in enumerate(ds.schema.types)}
     x = {t.name: torch.from_numpy(np.array(ds.type_features(t.name))[nodes[t.name]]) for t in ds.schema.types
          if t.feature_dim}
     return hops, x, nodes
@@ -134,13 +133,12 @@ def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
     from diskgnn.data.schema import relation_fanouts
     from diskgnn.errors import DiskgnnError
     from diskgnn.offline.hetero_pack import pack_hetero
-    from diskgnn.offline.hetero_sample import HeteroGraph, sample_hetero_epoch
+    from diskgnn.offline.sample import sample_epoch
     from diskgnn.store.typed import TypedFeatures
 
     ds = open_dataset(hds, typed=True)
     fanouts = relation_fanouts("tags=1/cites=2", ds.schema)  # terms only where the seed has a tag
-    samples = sample_hetero_epoch(ds, HeteroGraph(ds), tmp_path / "e.samples", fanouts=fanouts, batch_size=1, seed=1,
-                                  epoch=0)
+    samples = sample_epoch(ds, tmp_path / "e.samples", fanouts=fanouts, batch_size=1, seed=1, epoch=0)
     f = TypedFeatures(ds)
     f.place({t: np.ones(ds.schema.type(t).count, np.int64) for t in ("paper", "term")},
             tier_rows * (4097 * 4 + 8))
@@ -150,7 +148,7 @@ def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
     for b in range(len(samples)):
         batch = samples[b]
         for name in ("paper", "term"):
-            ids = batch.nodes[names.index(name)]
+            ids = batch.type_nodes[names.index(name)]
             empty += ids.size == 0
             want = np.asarray(ds.type_features(name))[ids]
             np.testing.assert_array_equal(f.gather(name, ids, packs, b).numpy(), want)
@@ -165,7 +163,7 @@ def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
             fh.seek(p.region(b)[0])
             fh.write(bytes([fh.read(1)[0] ^ 1]))
         with pytest.raises(DiskgnnError, match=f"{p.path}: region {b}'s packed rows fail their checksum"):
-            f.gather(name, samples[b].nodes[names.index(name)], packs, b)
+            f.gather(name, samples[b].type_nodes[names.index(name)], packs, b)
     packs.delete()
     assert not list(tmp_path.glob("e.*.packs*"))
     f.close()

@@ -14,7 +14,7 @@ from diskgnn.nn.inference import full_neighbour_logits
 from diskgnn.nn.link import Decoder, metrics_of, rank_sums
 from diskgnn.nn.models import GNN
 from diskgnn.offline.link_batches import LinkEpoch
-from diskgnn.offline.sample import SampleFile
+from diskgnn.offline.batches import SampleFile
 from diskgnn.train.checkpoints import Checkpoints
 from diskgnn.train.options import from_options
 from diskgnn.train.__main__ import main as train_main

@@ -31,7 +31,8 @@ from ...errors import DiskgnnError, UsageError
 from ...loading.hetero import hetero_pass
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
 from ...offline.hetero_pack import HeteroPacks, pack_hetero
-from ...offline.hetero_sample import HeteroGraph, HeteroSampleFile, sample_hetero_epoch
+from ...offline.batches import SampleFile
+from ...offline.sample import open_graph, sample_epoch
 from ...store.typed import TypedFeatures
 from ...units import format_size, parse_size
 from ..workdir import hold_workdir
@@ -46,7 +47,7 @@ from .tables import HeteroTables
 class HeteroFiles:
     """An epoch's (or an eval set's) sample file and its packs."""
 
-    samples: HeteroSampleFile
+    samples: SampleFile
     packs: HeteroPacks
 
     def __len__(self) -> int:
@@ -88,7 +89,7 @@ class HeteroRun:
                       else torch.ops.mkldnn._is_mkldnn_bf16_supported()))
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
         self.labels = np.asarray(self.ds.labels)
-        self.graph = HeteroGraph(self.ds)
+        self.graph = open_graph(self.ds)
         self.features = TypedFeatures(self.ds, cfg.backend)
         self.tables = HeteroTables(cfg, schema, self.workdir)
         self._hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
@@ -128,7 +129,7 @@ class HeteroRun:
         self._plan(model, self._epoch0)
         return self
 
-    def _plan(self, model: HeteroGNN, epoch0: HeteroSampleFile) -> None:
+    def _plan(self, model: HeteroGNN, epoch0: SampleFile) -> None:
         cfg, s = self.cfg, self.schema
         base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device.type == "cuda" else 0)
         params = sum(p.numel() * p.element_size() for p in model.parameters())
@@ -141,7 +142,7 @@ class HeteroRun:
             batch = epoch0[b]
             rows = step = 0
             for t, ty in enumerate(s.types):
-                ids = batch.nodes[t]
+                ids = batch.type_nodes[t]
                 if ty.name in counts:
                     counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
                 if ty.feature_dim:
@@ -150,7 +151,7 @@ class HeteroRun:
                     table_rows[ty.name] = max(table_rows[ty.name], ids.size)
                     rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
-            rows += sum(int(blk.indices.size) * 40 for hop in batch.blocks for blk in hop)  # its block tensors
+            rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop)  # its block tensors
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
         # the batches in flight hold their rows and blocks; one step at a time holds its activations
         working = rows_max * (defaults.READ_DEPTH + 2) + step_max
@@ -223,22 +224,22 @@ class HeteroRun:
                 path.unlink(missing_ok=True)
         return self._files(epoch, epoch0 if epoch == 0 else None)
 
-    def _sample(self, epoch: int) -> HeteroSampleFile:
+    def _sample(self, epoch: int) -> SampleFile:
         path = self.workdir / "epochs" / f"epoch-{epoch:05d}.samples"
         return self._sampled(path, fanouts=self.fanouts, epoch=epoch, max_batches=self.cfg.max_batches)
 
-    def _sampled(self, path: Path, **kwargs) -> HeteroSampleFile:
+    def _sampled(self, path: Path, **kwargs) -> SampleFile:
         guard_io(path.parent, lambda: path.parent.mkdir(parents=True, exist_ok=True))
         start = time.perf_counter()
-        samples = sample_hetero_epoch(self.ds, self.graph, path, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
-                                      threads=self.threads, **kwargs)
+        samples = sample_epoch(self.ds, path, graph=self.graph, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
+                               threads=self.threads, **kwargs)
         self.offline["sample_s"] += time.perf_counter() - start
         return samples
 
-    def _files(self, epoch: int, samples: HeteroSampleFile | None = None) -> HeteroFiles:
+    def _files(self, epoch: int, samples: SampleFile | None = None) -> HeteroFiles:
         return self._packed(samples or self._sample(epoch), f"epoch-{epoch:05d}")
 
-    def _packed(self, samples: HeteroSampleFile, name: str) -> HeteroFiles:
+    def _packed(self, samples: SampleFile, name: str) -> HeteroFiles:
         start = time.perf_counter()
         packs, stats = pack_hetero(self.ds, samples, self.features.held(), samples.path.parent, name,
                                    pack_memory=self.pack_memory, threads=self.threads, backend=self.cfg.backend)
@@ -256,7 +257,7 @@ class HeteroRun:
         files.delete()
 
     def passes(self, files: HeteroFiles, fanouts, start: int = 0):
-        return hetero_pass(files.samples, self.features, self.labels, fanouts, multilabel=self.schema.multilabel,
+        return hetero_pass(files.samples, self.schema, self.features, self.labels, fanouts, multilabel=self.schema.multilabel,
                            device=self.device, start=start, packs=files.packs)
 
     def eval_file(self, split: str) -> HeteroFiles:

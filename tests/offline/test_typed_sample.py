@@ -1,4 +1,4 @@
-"""The native hetero sampler against the relations' CSCs read with numpy."""
+"""The typed sampler (offline/sample.py over several relations) against the relations' CSCs read with numpy."""
 
 import numpy as np
 import pytest
@@ -9,10 +9,16 @@ from conftest import small_hetero
 @pytest.fixture(scope="module")
 def graph(tmp_path_factory):
     from diskgnn.data.format import open_dataset
-    from diskgnn.offline.hetero_sample import HeteroGraph
+    from diskgnn.offline.sample import open_graph
 
     ds = open_dataset(small_hetero(tmp_path_factory.mktemp("hs")), typed=True)
-    return ds, HeteroGraph(ds)
+    return ds, open_graph(ds)
+
+
+def sample(g, seeds, **kwargs):
+    from diskgnn.offline.sample import sample_batch
+
+    return sample_batch(g, seeds, threads=1, **kwargs)
 
 
 def neighbours(ds, r, v):
@@ -24,14 +30,14 @@ def check_batch(ds, b, fanouts, everything=False):
     """Every block's destinations are the first nodes of their type, each picks distinct true neighbours,
     min(fanout, degree) of them (all of them where `everything`)."""
     s = ds.schema
-    for h, hop in enumerate(b.blocks):
+    for h, hop in enumerate(b.hops):
         for r, blk in enumerate(hop):
             rel = s.relations[r]
             dt, st = s.type_index(rel.dst), s.type_index(rel.src)
             assert blk.num_dst == b.counts[h, dt] and blk.num_src == b.counts[h + 1, st]
             for i in range(blk.num_dst):
-                v = b.nodes[dt][i]
-                got = b.nodes[st][blk.indices[blk.indptr[i]:blk.indptr[i + 1]]]
+                v = b.type_nodes[dt][i]
+                got = b.type_nodes[st][blk.indices[blk.indptr[i]:blk.indptr[i + 1]]]
                 true = neighbours(ds, r, v)
                 assert np.unique(got).size == got.size and np.isin(got, true).all()
                 f = fanouts[h][r]
@@ -39,7 +45,7 @@ def check_batch(ds, b, fanouts, everything=False):
                 assert got.size == want
                 if everything:
                     assert np.array_equal(np.sort(got), true)
-    for t, ids in enumerate(b.nodes):  # a type's nodes are distinct
+    for t, ids in enumerate(b.type_nodes):  # a type's nodes are distinct
         assert np.unique(ids).size == ids.size
 
 
@@ -49,22 +55,21 @@ def test_every_neighbour_and_fanouts(graph):
     ds, g = graph
     seeds = ds.split("train")[:37]
     everything = relation_fanouts("-1,-1", ds.schema)
-    b = g.sample_batch(seeds, key=3, fanouts=everything, seed=1)
-    assert np.array_equal(b.nodes[ds.schema.type_index("paper")][:37], seeds) and b.num_seeds == 37
+    b = sample(g, seeds, key=3, fanouts=everything, seed=1)
+    assert np.array_equal(b.type_nodes[ds.schema.type_index("paper")][:37], seeds) and b.num_seeds == 37
     check_batch(ds, b, everything, everything=True)
     names = [r.name for r in ds.schema.relations]
     spec = relation_fanouts("cites=2,writes=3/rev_writes=1,tags=-1", ds.schema)
-    b = g.sample_batch(seeds, key=4, fanouts=spec, seed=1)
+    b = sample(g, seeds, key=4, fanouts=spec, seed=1)
     check_batch(ds, b, spec)
-    assert b.blocks[0][names.index("tags")].indices.size == 0  # not named at hop 0: not followed
-    one = g.sample_batch(seeds[:1], key=5, fanouts=relation_fanouts("3,3", ds.schema), seed=1)
+    assert b.hops[0][names.index("tags")].indices.size == 0  # not named at hop 0: not followed
+    one = sample(g, seeds[:1], key=5, fanouts=relation_fanouts("3,3", ds.schema), seed=1)
     check_batch(ds, one, relation_fanouts("3,3", ds.schema))
 
 
 def test_uniform_and_deterministic(graph, tmp_path):
     from diskgnn.data.schema import relation_fanouts
-    from diskgnn.offline.hetero_sample import sample_hetero_epoch
-    from diskgnn.offline.sample import batch_key
+    from diskgnn.offline.sample import batch_key, sample_epoch
 
     ds, g = graph
     r = [x.name for x in ds.schema.relations].index("writes")
@@ -75,21 +80,21 @@ def test_uniform_and_deterministic(graph, tmp_path):
     hits = np.zeros(true.size)
     trials = 3000
     for k in range(trials):
-        b = g.sample_batch(np.array([v]), key=k, fanouts=fan, seed=0)
-        blk = b.blocks[0][r]
-        hits[np.searchsorted(true, b.nodes[ds.schema.type_index("author")][blk.indices])] += 1
+        b = sample(g, np.array([v]), key=k, fanouts=fan, seed=0)
+        blk = b.hops[0][r]
+        hits[np.searchsorted(true, b.type_nodes[ds.schema.type_index("author")][blk.indices])] += 1
     expected = trials * 2 / true.size
     assert np.abs(hits - expected).max() < 5 * np.sqrt(expected), (hits, expected)
     fan = relation_fanouts("4,2", ds.schema)
-    one = sample_hetero_epoch(ds, g, tmp_path / "a.samples", fanouts=fan, batch_size=13, seed=7, epoch=2, threads=1)
-    two = sample_hetero_epoch(ds, g, tmp_path / "b.samples", fanouts=fan, batch_size=13, seed=7, epoch=2, threads=2)
+    one = sample_epoch(ds, tmp_path / "a.samples", graph=g, fanouts=fan, batch_size=13, seed=7, epoch=2, threads=1)
+    two = sample_epoch(ds, tmp_path / "b.samples", fanouts=fan, batch_size=13, seed=7, epoch=2, threads=2)
     assert len(one) == -(-ds.split("train").size // 13)
     for i in range(len(one)):
         assert bytes(one.record(i)) == bytes(two.record(i))
     b5 = one[5]
-    again = g.sample_batch(b5.nodes[ds.schema.type_index("paper")][:b5.num_seeds], key=batch_key(2, 5), fanouts=fan,
+    again = sample(g, b5.type_nodes[ds.schema.type_index("paper")][:b5.num_seeds], key=batch_key(2, 5), fanouts=fan,
                            seed=7)
-    assert all(np.array_equal(x, y) for x, y in zip(b5.nodes, again.nodes))
+    assert all(np.array_equal(x, y) for x, y in zip(b5.type_nodes, again.type_nodes))
 
 
 def test_bad_seeds(graph):
@@ -97,6 +102,21 @@ def test_bad_seeds(graph):
 
     ds, g = graph
     with pytest.raises(RuntimeError, match="same seed twice"):
-        g.sample_batch(np.array([3, 3]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
+        sample(g, np.array([3, 3]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
     with pytest.raises(IndexError, match="not a node of the target type"):
-        g.sample_batch(np.array([199]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
+        sample(g, np.array([199]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
+
+
+def test_a_typed_epoch_refuses_what_only_one_relation_samples(graph, tmp_path):
+    from diskgnn.data.schema import relation_fanouts
+    from diskgnn.errors import DiskgnnError
+    from diskgnn.offline.sample import Sampler, sample_epoch
+
+    ds, g = graph
+    fan = relation_fanouts("2", ds.schema)
+    with pytest.raises(DiskgnnError, match="no LABOR, HAGs or partitions"):
+        sample_epoch(ds, tmp_path / "l.samples", graph=g, fanouts=fan, batch_size=13, seed=0, epoch=0,
+                     sampler=Sampler("labor"))
+    with pytest.raises(DiskgnnError, match="for each of the"):
+        sample_epoch(ds, tmp_path / "f.samples", graph=g, fanouts=[2], batch_size=13, seed=0, epoch=0)
+    assert not list(tmp_path.iterdir())
