@@ -36,9 +36,9 @@ class HeteroMiniBatch:
 
 def hetero_pass(samples, schema, features, labels: np.ndarray, fanouts, *, multilabel: bool, device, start: int = 0,
                 stop: int | None = None, depth: int = 2, packs=None) -> Pipeline:
-    """Batches start..stop of `samples` (a typed SampleFile of `schema`'s graph) as HeteroMiniBatches on `device`; `fanouts[h][r]`
-    says which relations each hop follows; `packs` (offline/hetero_pack.HeteroPacks): the cold rows, one region
-    a batch and type (else gathered by id)."""
+    """Batches start..stop of `samples` (a typed SampleFile of `schema`'s graph) as HeteroMiniBatches on `device`;
+    `fanouts[h][r]` says which relations each hop follows; `packs` (offline/hetero_pack.HeteroPacks): the cold
+    rows, one region a batch and type (else gathered by id)."""
     names = [t.name for t in schema.types]
 
     def blocks(b: int):

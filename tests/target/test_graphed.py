@@ -51,7 +51,8 @@ def _odd_batches(dim: int, classes: int):
         outer = rng.integers(0, src, int(outer_ptr[-1])).astype(np.int32)
         outer[:2] = outer[0] if outer.size >= 2 else outer[:2]
         nodes = rng.permutation(1000)[:src].astype(np.int64)
-        batch = Batch.one_type(0, nodes, [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)], seeds)
+        blocks = [Block(inner_ptr, inner, seeds, mid), Block(outer_ptr, outer, mid, src)]
+        batch = Batch.one_type(0, nodes, blocks, seeds)
         out.append((batch, torch.randn(src, dim, generator=torch.Generator().manual_seed(src))))
     labels = np.arange(1000) % classes
     return [_minibatch(b, labels, x) for b, x in out]

@@ -257,8 +257,8 @@ class HeteroRun:
         files.delete()
 
     def passes(self, files: HeteroFiles, fanouts, start: int = 0):
-        return hetero_pass(files.samples, self.schema, self.features, self.labels, fanouts, multilabel=self.schema.multilabel,
-                           device=self.device, start=start, packs=files.packs)
+        return hetero_pass(files.samples, self.schema, self.features, self.labels, fanouts,
+                           multilabel=self.schema.multilabel, device=self.device, start=start, packs=files.packs)
 
     def eval_file(self, split: str) -> HeteroFiles:
         ids = np.asarray(self.ds.split(split))
