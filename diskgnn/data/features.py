@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DiskgnnError
 from .format import Dataset
 from .quantize.variants import load_quantized
 
@@ -81,12 +82,17 @@ class FeatureSource:
         return self.decoder.decode_bytes(rows)
 
 
-def feature_source(ds: Dataset, name: str = RAW_FEATURES) -> FeatureSource:
-    """The rows training reads: features.bin for `fp32`, else the stored quantized variant `name`."""
+def feature_source(ds: Dataset, name: str = RAW_FEATURES, node_type: str | None = None) -> FeatureSource:
+    """The rows training reads of a node type (default: the dataset's first, a homogeneous dataset's only one): its
+    stored features for `fp32`, else the stored quantized variant `name`."""
+    node_type = node_type or ds.schema.types[0].name
     if name == RAW_FEATURES:
-        entry = ds.manifest["files"]["features"]
-        return FeatureSource(RAW_FEATURES, ds.file_path("features"), ds.features, AsFloat32(), entry["checksum"],
-                             ds.feature_dim)
+        kind = ds.feature_kind(node_type)
+        return FeatureSource(RAW_FEATURES, ds.file_path(kind), ds.array(kind), AsFloat32(),
+                             ds.manifest["files"][kind]["checksum"], ds.schema.type(node_type).feature_dim)
+    if ds.typed:
+        raise DiskgnnError(f"{ds.path}: quantized variants are not stored per node type; train from the stored "
+                           "features (fp32)")
     q = load_quantized(ds, name)
     entry = ds.manifest["quantized"][q.quantizer.spec]
     checksum = ds.manifest["files"][entry["codes"]]["checksum"]

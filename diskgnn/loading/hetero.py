@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..offline.batches import Batch
 from .blocks import TensorBlock
 from .pipeline import Pipeline, Stage
 
@@ -34,11 +35,11 @@ class HeteroMiniBatch:
                                self.nodes, self.labels.to(device, non_blocking=True), self.num_seeds)
 
 
-def hetero_pass(samples, schema, features, labels: np.ndarray, fanouts, *, multilabel: bool, device, start: int = 0,
-                stop: int | None = None, depth: int = 2, packs=None) -> Pipeline:
+def hetero_pass(samples, schema, stores: dict, labels: np.ndarray, fanouts, *, multilabel: bool, device,
+                start: int = 0, stop: int | None = None, depth: int = 2) -> Pipeline:
     """Batches start..stop of `samples` (a typed SampleFile of `schema`'s graph) as HeteroMiniBatches on `device`;
-    `fanouts[h][r]` says which relations each hop follows; `packs` (offline/hetero_pack.HeteroPacks): the cold
-    rows, one region a batch and type (else gathered by id)."""
+    `fanouts[h][r]` says which relations each hop follows; `stores[type]`: the FeatureStore of each featured
+    type's rows (store.TypedRows: its memory tier, then the batch's pack region of the type)."""
     names = [t.name for t in schema.types]
 
     def blocks(b: int):
@@ -50,8 +51,8 @@ def hetero_pass(samples, schema, features, labels: np.ndarray, fanouts, *, multi
     def read(item):
         batch, hops = item
         nodes = {names[t]: batch.type_nodes[t] for t in range(len(names))}
-        x = {name: features.gather(name, ids, packs, batch.index) for name, ids in nodes.items()
-             if name in features.readers}
+        x = {name: stores[name].load(Batch.one_type(batch.index, ids, [], 0)) for name, ids in nodes.items()
+             if name in stores}
         seeds = batch.seeds
         y = torch.from_numpy(np.asarray(labels[seeds]))
         y = y.float() if multilabel else y.long()

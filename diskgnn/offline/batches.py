@@ -156,3 +156,31 @@ class SampleFile(RecordFile):
 
     def __iter__(self):
         return (self[b] for b in range(len(self)))
+
+
+class TypeView:
+    """A sample file as one node type's rows see it: batch b's nodes are its nodes of type `t` (the packer's, the
+    placement's and the feature store's view of a typed batch: what they read of a one-type batch)."""
+
+    def __init__(self, samples, t: int):
+        self.samples, self.t = samples, t
+
+    @property
+    def path(self):
+        return self.samples.path
+
+    @property
+    def meta(self) -> dict:
+        return self.samples.meta
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def view(self, batch: Batch) -> Batch:
+        return Batch.one_type(batch.index, batch.type_nodes[self.t], [], 0)
+
+    def __getitem__(self, b: int) -> Batch:
+        return self.view(self.samples[b])
+
+    def __iter__(self):
+        return (self[b] for b in range(len(self)))

@@ -32,8 +32,9 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.features import FeatureSource
+from ..data.features import RAW_FEATURES, FeatureSource, feature_source
 from ..data.format import Dataset
+from .batches import TypeView
 from .link_batches import LinkEpoch, LinkSpec
 from .pack import PackFile, pack_counts, pack_epoch
 from .partitions import EdgeBuckets
@@ -81,6 +82,27 @@ class EpochSpec:
     hag: object = None
     link: LinkSpec | None = None
     partitions: tuple[int, int] | None = None
+
+
+def pack_types(dataset: Dataset, samples, placements: dict[str, Placement], out_dir, name: str, *, pack_memory: int,
+               threads: int | None = None) -> tuple[dict[str, PackFile], dict]:
+    """A typed epoch's packs: per featured node type, each batch's rows of that type its memory tier
+    (`placements[type]`) does not hold, written into `out_dir/<name>.<type>.packs` by pack_epoch from the type's view
+    of the sample file (one front-to-back pass over its features). The types are packed one after another: their
+    rows differ in size, each has its own feature file, and the packer's buffers are then one type's at a time.
+    Returns the packs and the packer's statistics summed over the types."""
+    files, stats = {}, {}
+    for t, ty in enumerate(dataset.schema.types):
+        if not ty.feature_dim:
+            continue
+        packs = pack_epoch(None, TypeView(samples, t), placements[ty.name], Path(out_dir) / f"{name}.{ty.name}.packs",
+                           features=feature_source(dataset, RAW_FEATURES, ty.name), pack_memory=pack_memory,
+                           threads=threads)
+        files[ty.name] = packs
+        for key, value in packs.packing.items():
+            if isinstance(value, (int, float)):
+                stats[key] = stats.get(key, 0) + value
+    return files, stats
 
 
 def delete(files: EpochFiles) -> None:

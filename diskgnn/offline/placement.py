@@ -96,3 +96,33 @@ def place(counts: np.ndarray, row_bytes: int, budgets: list[tuple[str, int]]) ->
         ids.append(np.sort(take))
         rates.append(float(counts[take].sum()) / total if total else 0.0)
     return Placement(counts.size, names, ids, rates, total)
+
+
+def densest(counts: dict[str, np.ndarray], costs: dict[str, int], budget: int) -> dict[str, np.ndarray]:
+    """The rows of several node types (or tables) one memory tier holds: per type the sorted ids of the rows read
+    most per byte (`counts[type]`: reads per row; `costs[type]`: a held row's bytes), taken densest first across
+    the types until `budget` bytes are spent, so that a small hot type and a large cold one share the memory by
+    what it saves."""
+    cands = []
+    for name, c in counts.items():
+        ids = np.flatnonzero(c)
+        keep = ids[np.argsort(-c[ids], kind="stable")][: max(0, budget // costs[name])]
+        cands.append((name, keep, c[keep] / costs[name], costs[name]))
+    if not cands:
+        return {}
+    value = np.concatenate([v for _, _, v, _ in cands])
+    cost = np.concatenate([np.full(k.size, b) for _, k, _, b in cands])
+    bounds = np.cumsum([0] + [k.size for _, k, _, _ in cands])
+    rank = np.argsort(-value, kind="stable")
+    taken = rank[np.cumsum(cost[rank]) <= budget]  # densest first: what a byte of the tier saves
+    return {name: np.sort(keep[taken[(taken >= bounds[i]) & (taken < bounds[i + 1])] - bounds[i]])
+            for i, (name, keep, _, _) in enumerate(cands)}
+
+
+def held_placement(num_rows: int, held: np.ndarray, counts: np.ndarray | None = None) -> Placement:
+    """One memory tier ("host") holding the sorted ids `held` of a type's `num_rows` rows (its expected hit rate
+    from `counts`, the reads per row, where given)."""
+    held = np.asarray(held, dtype=np.int64)
+    total = int(counts.sum()) if counts is not None else 0
+    rate = float(counts[held].sum()) / total if total else 0.0
+    return Placement(num_rows, ["host"], [held], [rate], total)

@@ -7,9 +7,9 @@ models (`to_hetero`, HeteroConv) train through NodeLoader unchanged:
     for data in loader:   # HeteroData: x per featured type, y of the target, edge_index per relation, n_id
         out = model(data.x_dict, data.edge_index_dict)["paper"][:data["paper"].batch_size]
 
-The feature store serves each featured type's `x` (group = the type) and the target's `y` through
-store/typed.py (a host tier of the rows with the highest in-degree over the relations into the type, `cache`
-bytes across types; the rest read by id with O_DIRECT). The graph store hands out each relation's CSC
+The feature store serves each featured type's `x` (group = the type) and the target's `y` through each type's
+tier chain (store.TypedRows: a host tier of the rows with the highest in-degree over the relations into the type,
+`cache` bytes across types; the rest read by id with O_DIRECT). The graph store hands out each relation's CSC
 memory-mapped, keyed by (source type, relation, destination type). The sampler is diskgnn's native hetero
 sampler (a count per hop for every relation, or per relation as `relation_fanouts` reads them), each call its
 own random stream. Featureless types have no `x`: embed them from `data[type].n_id`.
@@ -30,7 +30,9 @@ from ..data.format import open_dataset
 from ..data.schema import relation_fanouts
 from ..errors import DiskgnnError
 from ..offline.sample import open_graph, sample_batch
-from ..store.typed import TypedFeatures
+from ..offline.batches import Batch
+from ..offline.placement import densest
+from ..store.store import TypedRows
 from ..units import parse_size
 from .stores import DEFAULT_CACHE, _read_only
 
@@ -59,11 +61,15 @@ class HeteroFeatureStore(FeatureStore):
     def _open(self) -> None:
         # A forked DataLoader worker must not share its parent's io_uring: each process opens its own readers.
         self._pid = os.getpid()
-        self.rows = TypedFeatures(self.ds, self.backend_asked)
-        self.rows.place(_in_degrees(self.ds), self.cache_bytes)
+        self.rows = TypedRows(self.ds, self.backend_asked)
+        costs = {name: src.row_bytes + 8 for name, src in self.rows.sources.items()}  # a row and its id
+        degrees = _in_degrees(self.ds)
+        self.rows.place(densest(degrees, costs, self.cache_bytes), degrees)
+        self.stores = self.rows.stores()
 
     def stats(self) -> dict:
-        return {name: vars(st) for name, st in self.rows.stats.items()}
+        """Per featured type: rows asked for, those its memory tier served, bytes read from disk."""
+        return self.rows.summary()
 
     def get_all_tensor_attrs(self) -> list[TensorAttr]:
         return [TensorAttr(group_name=t.name, attr_name="x") for t in self.schema.types if t.feature_dim] + \
@@ -93,7 +99,7 @@ class HeteroFeatureStore(FeatureStore):
         self._check(attr)
         ids = self._ids(attr)
         if attr.attr_name == "x":
-            return self.rows.gather(attr.group_name, ids)
+            return self.stores[attr.group_name].load(Batch.one_type(-1, ids, [], 0))
         y = np.asarray(self.ds.labels[ids])
         return torch.from_numpy(y.astype(np.float32 if self.schema.multilabel else np.int64))
 
@@ -111,7 +117,8 @@ class HeteroFeatureStore(FeatureStore):
         raise _read_only("HeteroFeatureStore", self.path)
 
     def close(self) -> None:
-        self.rows.close()
+        for store in self.stores.values():
+            store.close()
 
     def __getstate__(self):
         return {"args": (self.path, self.cache_bytes, self.backend_asked)}

@@ -34,8 +34,9 @@ from .. import defaults
 from ..data.features import FeatureSource, feature_source
 from ..data.format import Dataset
 from ..errors import DiskgnnError
+from ..io.reader import FileReader
 from ..offline.pack import PackFile
-from ..offline.placement import Placement
+from ..offline.placement import Placement, held_placement
 from .staging import Slab, Slabs
 from .tiers import FileTier, PackTier, PlacedTier, RecentTier, Rows, SegmentTier, TierStats, load_tiers
 
@@ -202,14 +203,15 @@ class FeatureStore:
     def __init__(self, dataset: Dataset, placement: Placement, packs: PackFile | None, *, device: str = "cpu",
                  backend: str = "auto", tiers: list[PlacedTier] | None = None,
                  features: FeatureSource | None = None, read_depth: int = defaults.READ_DEPTH,
-                 slab_rows: int = 0, assembly=None):
+                 slab_rows: int = 0, assembly=None, stats: dict[str, TierStats] | None = None):
         """`features`: the rows the packs and tiers hold (default: features.bin); packs of other
         rows are refused. `tiers`: the placement's rows already loaded (load_tiers), shared by the
         stores of several pack files (each epoch's, the eval sets'); loaded here when not given.
         `packs` None: any ids, the rows no tier holds gathered from the feature file. `read_depth`:
         batches whose reads the pipeline keeps in flight (the slabs made are that many plus what its later
         stages hold); `slab_rows`: the plan's bound on a batch's input rows (slabs grow past it when a batch
-        needs more). `assembly`: HostAssembly on a CPU, DeviceAssembly(device) with one (the default)."""
+        needs more). `assembly`: HostAssembly on a CPU, DeviceAssembly(device) with one (the default). `stats`:
+        counters by tier name that several stores of the same rows add to (default: this store's own)."""
         self.source = features or feature_source(dataset)
         self.packs, self.device = packs, device
         self.dtype = torch.from_numpy(np.empty(0, self.source.dtype)).dtype
@@ -223,7 +225,8 @@ class FeatureStore:
             packs.check_features(self.source)
             recent = [RecentTier(packs, self.source, backend)] if packs.batch_rows.window else []
             self.chain = [*placed, *recent, SegmentTier(packs, self.source), PackTier(packs, self.source, backend)]
-        self.tier_stats = [TierStats(t.name) for t in self.chain]
+        self.tier_stats = [TierStats(t.name) if stats is None else stats.setdefault(t.name, TierStats(t.name))
+                           for t in self.chain]
 
     @property
     def backend(self) -> str:
@@ -316,3 +319,55 @@ class FeatureStore:
     def close(self) -> None:
         for tier in self.chain:
             tier.close()
+
+
+class TypedRows:
+    """A typed dataset's feature rows, per featured node type through a tier chain of its own (a FeatureStore of
+    that type's rows): the memory tier placed for it (placement.densest ranks every type's rows under one budget),
+    then a batch's pack region of the type, or, without packs, its feature file. What every store of a type served
+    is counted in one place (`stats[type]`, by tier)."""
+
+    def __init__(self, dataset: Dataset, backend: str = "auto"):
+        self.dataset, self.backend = dataset, backend
+        self.sources = {t.name: feature_source(dataset, node_type=t.name) for t in dataset.schema.types
+                        if t.feature_dim}
+        self.stats: dict[str, dict[str, TierStats]] = {name: {} for name in self.sources}
+        self.place({})
+
+    def place(self, held: dict[str, np.ndarray], counts: dict[str, np.ndarray] | None = None) -> None:
+        """Fills each type's memory tier with its rows `held[type]` (sorted ids; none where absent)."""
+        counts = counts or {}
+        self.placements = {name: held_placement(src.num_rows, held.get(name, np.empty(0, np.int64)),
+                                                counts.get(name)) for name, src in self.sources.items()}
+        self.tiers = {name: load_tiers(self.dataset, self.placements[name], "cpu", self.backend, src)
+                      for name, src in self.sources.items()}
+
+    def stores(self, packs: dict[str, PackFile] | None = None, read_depth: int = defaults.READ_DEPTH) -> dict:
+        """Per featured type a FeatureStore over its tier and `packs[type]` (None: any ids, from the file)."""
+        return {name: FeatureStore(self.dataset, self.placements[name], None if packs is None else packs[name],
+                                   backend=self.backend, tiers=self.tiers[name], features=src, read_depth=read_depth,
+                                   stats=self.stats[name]) for name, src in self.sources.items()}
+
+    def held_bytes(self) -> int:
+        return sum(p.tier_ids[0].size * (8 + self.sources[n].row_bytes) for n, p in self.placements.items())
+
+    @property
+    def backend_name(self) -> str:
+        """The reader the stores read with (`auto` resolved, and whether O_DIRECT), or none without features."""
+        src = next(iter(self.sources.values()), None)
+        if src is None:
+            return "none"
+        reader = FileReader(src.path, self.backend)
+        try:
+            return reader.backend + (" + O_DIRECT" if reader.direct else "")
+        finally:
+            reader.close()
+
+    def summary(self) -> dict:
+        """Per type: rows asked for, those its memory tier served, bytes read from disk."""
+        out = {}
+        for name, tiers in self.stats.items():
+            host = tiers.get("host")
+            out[name] = {"rows": sum(t.hits for t in tiers.values()), "hits": host.hits if host else 0,
+                         "bytes_read": sum(t.bytes for n, t in tiers.items() if n != "host")}
+        return out

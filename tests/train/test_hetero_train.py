@@ -1,5 +1,4 @@
-"""Training on heterogeneous graphs: the models against PyG and a dense oracle, the typed feature store against
-numpy, the trainer end to end (learning, multi-label, bf16, R-GCN, hashed rows, resume after kill -9), and what
+"""Training on heterogeneous graphs: the models against PyG and a dense oracle, the trainer end to end (learning, multi-label, bf16, R-GCN, hashed rows, resume after kill -9), and what
 it refuses."""
 
 import sys
@@ -103,70 +102,6 @@ def test_rgcn_equals_dense_oracle(hds):
                 h = {t: v.relu() for t, v in h.items()}
         got = model(*whole_graph_batch(ds))
     torch.testing.assert_close(got, h["paper"], rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("budget_rows", [0, 2, 10**6])
-def test_typed_features_match_numpy(tmp_path, budget_rows):
-    from diskgnn.data.format import open_dataset
-    from diskgnn.data.hetero.prepare import prepare_hetero
-    from diskgnn.store.typed import TypedFeatures
-
-    src = write_hetero_npy(tmp_path / "src", {"w": 199, "o": 1, "n": 3}, {"w": 4097, "o": 1},
-                           {("o", "to", "w"): [[0, 5]], ("n", "in", "w"): [[2, 198]]}, "w", np.zeros(199, int))
-    ds = open_dataset(prepare_hetero(src, tmp_path / "ds"), typed=True)
-    f = TypedFeatures(ds)
-    counts = {"w": np.bincount([3, 3, 3, 7, 198], minlength=199), "o": np.ones(1, np.int64)}
-    f.place(counts, budget_rows * (4097 * 4 + 8))
-    for name, ids in (("w", np.array([198, 3, 3, 0, 7, 100])), ("o", np.array([0, 0])), ("w", np.array([], int))):
-        want = np.load(src / "nodes" / name / "features.npy")[ids]
-        np.testing.assert_array_equal(f.gather(name, ids).numpy(), want)
-    # 2 rows: o's one row is densest, then w's row 3 (read 3 times); the next w row does not fit
-    assert f.stats["w"].hits == {0: 0, 2: 2, 10**6: 4}[budget_rows]
-    f.close()
-
-
-@pytest.mark.parametrize("tier_rows", [0, 3, 10**6])
-def test_packed_rows_match_numpy(hds, tmp_path, tier_rows):
-    """Rows read from an epoch's per-type packs equal numpy indexing of each type's features: awkward batches (one
-    seed each; terms of 4097 floats; batches with no term at all), host tiers of none, some, all."""
-    from diskgnn.data.format import open_dataset
-    from diskgnn.data.schema import relation_fanouts
-    from diskgnn.errors import DiskgnnError
-    from diskgnn.offline.hetero_pack import pack_hetero
-    from diskgnn.offline.sample import sample_epoch
-    from diskgnn.store.typed import TypedFeatures
-
-    ds = open_dataset(hds, typed=True)
-    fanouts = relation_fanouts("tags=1/cites=2", ds.schema)  # terms only where the seed has a tag
-    samples = sample_epoch(ds, tmp_path / "e.samples", fanouts=fanouts, batch_size=1, seed=1, epoch=0)
-    f = TypedFeatures(ds)
-    f.place({t: np.ones(ds.schema.type(t).count, np.int64) for t in ("paper", "term")},
-            tier_rows * (4097 * 4 + 8))
-    packs, stats = pack_hetero(ds, samples, f.held(), tmp_path, "e", pack_memory=64 << 20, threads=2)
-    names = [t.name for t in ds.schema.types]
-    empty = 0
-    for b in range(len(samples)):
-        batch = samples[b]
-        for name in ("paper", "term"):
-            ids = batch.type_nodes[names.index(name)]
-            empty += ids.size == 0
-            want = np.asarray(ds.type_features(name))[ids]
-            np.testing.assert_array_equal(f.gather(name, ids, packs, b).numpy(), want)
-    assert empty > 0 and len(samples) == 100
-    packed = sum(int(p.rows.sum()) * p.row_bytes for p in packs.files.values())
-    assert sum(st.bytes_read for st in f.stats.values()) == packed
-    assert (packed == 0) == (tier_rows == 10**6) and stats["bytes_written"] >= packed
-    if packed:
-        name, p = next((n, p) for n, p in packs.files.items() if p.rows.sum())
-        b = int(np.flatnonzero(p.rows)[0])
-        with open(p.path, "r+b") as fh:
-            fh.seek(p.region(b)[0])
-            fh.write(bytes([fh.read(1)[0] ^ 1]))
-        with pytest.raises(DiskgnnError, match=f"{p.path}: region {b}'s packed rows fail their checksum"):
-            f.gather(name, samples[b].type_nodes[names.index(name)], packs, b)
-    packs.delete()
-    assert not list(tmp_path.glob("e.*.packs*"))
-    f.close()
 
 
 def train(data, workdir, *extra):

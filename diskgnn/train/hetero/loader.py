@@ -59,11 +59,9 @@ class HeteroLoader:
 
     def stats(self) -> dict:
         """Rows asked for, served by the host tier and bytes read, per featured type."""
-        return {name: vars(st) for name, st in self.run.features.stats.items()}
+        return self.run.features.summary()
 
     def close(self) -> None:
-        if self._files is not None:
-            self._files.packs.close()
         self.run.close()
 
     def __enter__(self) -> "HeteroLoader":

@@ -108,7 +108,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
 def _summary(cfg, run: HeteroRun, memory: AnonPeak, history: dict, best: dict, test: dict, resumed: bool,
              wall_s: float) -> dict:
     metric = run.metric
-    stats = {name: vars(st) for name, st in run.features.stats.items()}
+    stats = run.features.summary()
     summary = {
         "heterogeneous": True,
         "epoch_times_s": history["epoch_times_s"],

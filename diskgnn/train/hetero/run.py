@@ -7,7 +7,7 @@ batch epoch 0 sampled (its raw rows, their float32 copies and the step's activat
 flight), the packer (its buffers and its plan of an epoch's rows), the out-of-core tables' own memory
 (--featureless table, tables.py), and what is left to the host tier (half of it, under --host-cache auto): typed
 feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte. Every epoch, and each eval set
-once, is sampled and then packed per type (offline/hetero_pack.py), the next epoch in the background while one
+once, is sampled and then packed per type (offline/epochs.py, pack_types), the next epoch in the background while one
 trains; the plan checks the disk the two epochs' and the eval sets' files take at once.
 """
 
@@ -30,10 +30,11 @@ from ...data.files import guard_io
 from ...errors import DiskgnnError, UsageError
 from ...loading.hetero import hetero_pass
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
-from ...offline.hetero_pack import HeteroPacks, pack_hetero
+from ...offline.epochs import pack_types
+from ...offline.placement import densest
 from ...offline.batches import SampleFile
 from ...offline.sample import open_graph, sample_epoch
-from ...store.typed import TypedFeatures
+from ...store.store import TypedRows
 from ...units import format_size, parse_size
 from ..workdir import hold_workdir
 from ..options import save
@@ -48,14 +49,13 @@ class HeteroFiles:
     """An epoch's (or an eval set's) sample file and its packs."""
 
     samples: SampleFile
-    packs: HeteroPacks
+    packs: dict  # featured type -> PackFile
 
     def __len__(self) -> int:
         return len(self.samples)
 
     def delete(self) -> None:
-        self.packs.delete()
-        for path in self.samples.paths:
+        for path in (*self.samples.paths, *(f for p in self.packs.values() for f in p.paths)):
             path.unlink(missing_ok=True)
 
 
@@ -90,7 +90,7 @@ class HeteroRun:
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
         self.labels = np.asarray(self.ds.labels)
         self.graph = open_graph(self.ds)
-        self.features = TypedFeatures(self.ds, cfg.backend)
+        self.features = TypedRows(self.ds, cfg.backend)
         self.tables = HeteroTables(cfg, schema, self.workdir)
         self._hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
         self.budget = parse_size(cfg.memory_budget, "--memory-budget")
@@ -175,7 +175,10 @@ class HeteroRun:
                                                               if cfg.featureless == "learned" and
                                                               any(not t.feature_dim for t in s.types) else ""))
         tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
-        chosen = self.features.place(counts, tier, self.tables.held_row_bytes())
+        costs = {name: src.row_bytes + 8 for name, src in self.features.sources.items()}  # a row and its id
+        costs.update(self.tables.held_row_bytes())
+        chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
+        self.features.place({n: ids for n, ids in chosen.items() if n in self.features.sources}, counts)
         self._hot = {name: ids for name, ids in chosen.items() if name in table_types}
         placed = {name: int(ids.size) for name, ids in chosen.items()}
         hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
@@ -241,8 +244,8 @@ class HeteroRun:
 
     def _packed(self, samples: SampleFile, name: str) -> HeteroFiles:
         start = time.perf_counter()
-        packs, stats = pack_hetero(self.ds, samples, self.features.held(), samples.path.parent, name,
-                                   pack_memory=self.pack_memory, threads=self.threads, backend=self.cfg.backend)
+        packs, stats = pack_types(self.ds, samples, self.features.placements, samples.path.parent, name,
+                                  pack_memory=self.pack_memory, threads=self.threads)
         self.offline["pack_s"] += time.perf_counter() - start
         self.offline["pack_bytes_written"] += int(stats.get("bytes_written", 0))
         return HeteroFiles(samples, packs)
@@ -257,8 +260,13 @@ class HeteroRun:
         files.delete()
 
     def passes(self, files: HeteroFiles, fanouts, start: int = 0):
-        return hetero_pass(files.samples, self.schema, self.features, self.labels, fanouts,
-                           multilabel=self.schema.multilabel, device=self.device, start=start, packs=files.packs)
+        stores = self.features.stores(files.packs)
+        try:
+            yield from hetero_pass(files.samples, self.schema, stores, self.labels, fanouts,
+                                   multilabel=self.schema.multilabel, device=self.device, start=start)
+        finally:
+            for store in stores.values():
+                store.close()
 
     def eval_file(self, split: str) -> HeteroFiles:
         ids = np.asarray(self.ds.split(split))
@@ -324,13 +332,8 @@ class HeteroRun:
         return scores
 
     def close(self) -> None:
-        if self._next is not None:
-            self._next[1].result().packs.close()
-        self._pool.shutdown()
+        self._pool.shutdown()  # waits for the epoch made in the background
         self.tables.close()
-        for files in self._eval_files.values():
-            files.packs.close()
-        self.features.close()
         if self._lock is not None:
             self._lock.close()
             self._lock = None
