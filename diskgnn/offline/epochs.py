@@ -19,6 +19,9 @@ Under torchrun (diskgnn/distributed/), `shard` keeps the train batches this
 rank trains (data parallelism); for cooperative minibatching every rank
 samples the whole global batch and `rows` narrows what its placement and
 packs see to the input rows it owns.
+A typed dataset's epochs are the same files, its rows per featured node type:
+epoch 0's reads counted per type, one memory tier placed across the types by
+the run (`place_held`), each epoch packed per type (`pack_types`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .batches import TypeView
 from .link_batches import LinkEpoch, LinkSpec
 from .pack import PackFile, pack_counts, pack_epoch
 from .partitions import EdgeBuckets
-from .placement import Placement, access_counts, place
+from .placement import Placement, access_counts, held_placement, place
 from .batches import SampleFile
 from .sample import NEIGHBOR, Sampler, batch_order, read_topology_ahead, sample_epoch
 
@@ -46,7 +49,12 @@ from .sample import NEIGHBOR, Sampler, batch_order, read_topology_ahead, sample_
 @dataclass
 class EpochFiles:
     samples: SampleFile
-    packs: PackFile
+    packs: PackFile | dict  # a typed epoch's: per featured node type
+
+    @property
+    def paths(self) -> list[Path]:
+        packs = self.packs.values() if isinstance(self.packs, dict) else [self.packs]
+        return [*self.samples.paths, *(path for p in packs for path in p.paths)]
 
 
 @dataclass(frozen=True)
@@ -63,11 +71,11 @@ class EpochSpec:
     edges' endpoints and negatives (link_batches.LinkEpoch); `partitions`: (P, buffer capacity) of a partitioned
     link epoch (--embedding-partitions, offline/partitions.py)."""
 
-    fanouts: tuple[int, ...]
+    fanouts: tuple  # per hop; a typed graph's per hop and relation
     batch_size: int
     seed: int
     pack_memory: int
-    features: FeatureSource
+    features: FeatureSource | dict  # a typed graph's: per featured node type
     replay: bool = False
     max_blowup: float | None = None
     threads: int | None = None
@@ -107,7 +115,7 @@ def pack_types(dataset: Dataset, samples, placements: dict[str, Placement], out_
 
 def delete(files: EpochFiles) -> None:
     """Deletes an epoch's (or an eval chunk's) sample and pack files."""
-    for path in (*files.samples.paths, *files.packs.paths):
+    for path in files.paths:
         try:
             os.unlink(path)
         except FileNotFoundError:
@@ -117,6 +125,7 @@ def delete(files: EpochFiles) -> None:
 class OfflineEpochs:
     def __init__(self, dataset: Dataset, workdir: Path, spec: EpochSpec):
         self.dataset, self.dir, self.spec = dataset, Path(workdir), spec
+        self.typed = dataset.typed  # rows per node type: counted, placed and packed per featured type
         self.rows = spec.rows or (lambda samples: samples)
         self.source = spec.features
         self.recent = 0 if spec.replay else spec.recent
@@ -127,7 +136,7 @@ class OfflineEpochs:
         # Where the offline seconds went, summed over every pass (summary.json's "offline").
         self.phases = dict.fromkeys(("read_ahead_s", "sampling_s", "placement_s", "pack_plan_s", "pack_write_s",
                                      "pack_buffer_wait_s", "pack_read_wait_s", "pack_bytes_written"), 0.0)
-        self.placement: Placement | None = None
+        self.placement: Placement | dict | None = None  # a typed run's: per featured type
         self._ready: dict[int, EpochFiles] = {}
         self._samples0: SampleFile | None = None
         self._input_rows0 = 0  # epoch 0's input rows in all, counted by sample_first
@@ -185,6 +194,15 @@ class OfflineEpochs:
         each node (`counts0`, what placement ranks rows by) and how many input rows each reads: returns the most."""
         self._samples0 = self.sample(0)
         start = time.perf_counter()
+        if self.typed:
+            types = self.dataset.schema.types
+            self.counts0 = {ty.name: access_counts([TypeView(self._samples0, t)], ty.count)
+                            for t, ty in enumerate(types) if ty.name in self.source}
+            sizes = [sum(batch.type_nodes[t].size for t, ty in enumerate(types) if ty.name in self.source)
+                     for batch in self._samples0]
+            self._input_rows0 = int(sum(sizes))
+            self.phases["placement_s"] += time.perf_counter() - start
+            return int(max(sizes, default=0))
         sizes = []
 
         def batches():
@@ -207,6 +225,19 @@ class OfflineEpochs:
         self.phases["placement_s"] += time.perf_counter() - start
         return self.placement
 
+    def place_held(self, held: dict[str, np.ndarray]) -> dict[str, Placement]:
+        """A typed run's memory tier: per featured type the sorted ids `held[type]` (chosen across the types and
+        their tables by placement.densest); epoch 0's counts give their expected hit rates."""
+        counts = self.counts0 or {}
+        self.placement = {name: held_placement(src.num_rows, held.get(name, np.empty(0, np.int64)), counts.get(name))
+                          for name, src in self.source.items()}
+        return self.placement
+
+    @property
+    def samples0(self) -> SampleFile:
+        """Epoch 0's sample file (sample_first's)."""
+        return self._samples0
+
     def samples_bytes(self) -> int:
         """Size of epoch 0's sample file (every epoch's is about the same)."""
         return self._samples0.meta["file_bytes"]
@@ -228,10 +259,15 @@ class OfflineEpochs:
     def pack(self, samples: SampleFile, name: str, recent: int = 0) -> PackFile:
         start = time.perf_counter()
         spec = self.spec
-        packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=spec.max_blowup,
-                           pack_memory=spec.pack_memory, threads=spec.threads, features=self.source, recent=recent)
+        if self.typed:
+            packs, stats = pack_types(self.dataset, samples, self.placement, self.dir, name.removesuffix(".packs"),
+                                      pack_memory=spec.pack_memory, threads=spec.threads)
+        else:
+            packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=spec.max_blowup,
+                               pack_memory=spec.pack_memory, threads=spec.threads, features=self.source,
+                               recent=recent)
+            stats = packs.packing
         self.pack_s += time.perf_counter() - start
-        stats = packs.packing
         for key, phase in (("plan_s", "pack_plan_s"), ("write_s", "pack_write_s"), ("buffer_wait_s",
                            "pack_buffer_wait_s"), ("read_wait_s", "pack_read_wait_s"),
                            ("bytes_written", "pack_bytes_written")):

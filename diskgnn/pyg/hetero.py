@@ -31,7 +31,7 @@ from ..data.schema import relation_fanouts
 from ..errors import DiskgnnError
 from ..offline.sample import open_graph, sample_batch
 from ..offline.batches import Batch
-from ..offline.placement import densest
+from ..offline.placement import densest, held_placement
 from ..store.store import TypedRows
 from ..units import parse_size
 from .stores import DEFAULT_CACHE, _read_only
@@ -64,7 +64,9 @@ class HeteroFeatureStore(FeatureStore):
         self.rows = TypedRows(self.ds, self.backend_asked)
         costs = {name: src.row_bytes + 8 for name, src in self.rows.sources.items()}  # a row and its id
         degrees = _in_degrees(self.ds)
-        self.rows.place(densest(degrees, costs, self.cache_bytes), degrees)
+        held = densest(degrees, costs, self.cache_bytes)
+        self.rows.place({name: held_placement(src.num_rows, held[name], degrees[name])
+                         for name, src in self.rows.sources.items()})
         self.stores = self.rows.stores()
 
     def stats(self) -> dict:

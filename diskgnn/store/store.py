@@ -332,13 +332,11 @@ class TypedRows:
         self.sources = {t.name: feature_source(dataset, node_type=t.name) for t in dataset.schema.types
                         if t.feature_dim}
         self.stats: dict[str, dict[str, TierStats]] = {name: {} for name in self.sources}
-        self.place({})
+        self.place({name: held_placement(src.num_rows, np.empty(0, np.int64)) for name, src in self.sources.items()})
 
-    def place(self, held: dict[str, np.ndarray], counts: dict[str, np.ndarray] | None = None) -> None:
-        """Fills each type's memory tier with its rows `held[type]` (sorted ids; none where absent)."""
-        counts = counts or {}
-        self.placements = {name: held_placement(src.num_rows, held.get(name, np.empty(0, np.int64)),
-                                                counts.get(name)) for name, src in self.sources.items()}
+    def place(self, placements: dict[str, Placement]) -> None:
+        """Fills each type's memory tier with the rows its placement holds (placement.held_placement)."""
+        self.placements = placements
         self.tiers = {name: load_tiers(self.dataset, self.placements[name], "cpu", self.backend, src)
                       for name, src in self.sources.items()}
 

@@ -7,7 +7,7 @@ import pytest
 
 from diskgnn.data.format import open_dataset
 from diskgnn.offline.batches import Batch
-from diskgnn.offline.placement import densest
+from diskgnn.offline.placement import densest, held_placement
 from diskgnn.store.store import TypedRows
 
 from conftest import small_hetero, write_hetero_npy
@@ -32,7 +32,7 @@ def test_rows_by_id_match_numpy(tmp_path, budget_rows):
     # 2 rows' bytes: o's one row is densest, then w's row 3 (read 3 times); the next w row does not fit
     assert {n: ids.tolist() for n, ids in held.items()} == {0: {"w": [], "o": []}, 2: {"w": [3], "o": [0]},
                                                             10**6: {"w": [3, 7, 198], "o": [0]}}[budget_rows]
-    rows.place(held, counts)
+    rows.place({n: held_placement(rows.sources[n].num_rows, ids, counts[n]) for n, ids in held.items()})
     assert rows.held_bytes() == sum(ids.size * costs[n] for n, ids in held.items())
     stores = rows.stores()
     for name, ids in (("w", [198, 3, 3, 0, 7, 100]), ("o", [0, 0]), ("w", []), ("w", [5])):
@@ -60,7 +60,8 @@ def test_packed_rows_match_numpy(tmp_path, tier_rows):
     samples = sample_epoch(ds, tmp_path / "e.samples", fanouts=fanouts, batch_size=1, seed=1, epoch=0)
     rows = TypedRows(ds)
     counts = {t: np.ones(ds.schema.type(t).count, np.int64) for t in ("paper", "term")}
-    rows.place(densest(counts, {"paper": 12 * 4 + 8, "term": 4097 * 4 + 8}, tier_rows * (4097 * 4 + 8)), counts)
+    held = densest(counts, {"paper": 12 * 4 + 8, "term": 4097 * 4 + 8}, tier_rows * (4097 * 4 + 8))
+    rows.place({n: held_placement(rows.sources[n].num_rows, ids, counts[n]) for n, ids in held.items()})
     packs, stats = pack_types(ds, samples, rows.placements, tmp_path, "e", pack_memory=64 << 20, threads=2)
     assert sorted(packs) == ["paper", "term"]
     stores = rows.stores(packs)

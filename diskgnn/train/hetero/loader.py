@@ -32,7 +32,7 @@ class HeteroLoader:
         self.run = HeteroRun(self.cfg, log=log)
         self.schema, self.fanouts = self.run.schema, self.run.fanouts
         self._open = False
-        self._files = None  # the epoch last asked for, deleted when the next one is
+        self._epoch, self._files = None, None  # the epoch last asked for, deleted when the next one is
 
     def open(self) -> "HeteroLoader":
         if not self._open:
@@ -43,9 +43,9 @@ class HeteroLoader:
     def epoch(self, epoch: int, start: int = 0):
         """Epoch `epoch`'s batches from batch `start` on, as HeteroMiniBatches on the run's device."""
         self.open()
-        if self._files is not None:
-            self.run.finished(self._files)
-        self._files = self.run.epoch_file(epoch)
+        if self._epoch is not None:
+            self.run.finished(self._epoch)
+        self._epoch, self._files = epoch, self.run.epoch_file(epoch)
         self.run.prepare_next(epoch + 1)
         return self.run.passes(self._files, self.run.fanouts, start)
 

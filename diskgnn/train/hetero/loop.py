@@ -70,7 +70,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
         if s.dropout_rng is not None:
             model.dropout_state = s.dropout_rng
         start, saves = time.perf_counter() - s.elapsed_s, Every(cfg.checkpoint_interval)
-        bar = tqdm(total=len(files), initial=s.next_batch, desc=f"epoch {epoch}", unit="batch",
+        bar = tqdm(total=len(files.samples), initial=s.next_batch, desc=f"epoch {epoch}", unit="batch",
                    disable=not cfg.progress, dynamic_ncols=True)
         for i, mb in enumerate(run.passes(files, run.fanouts, s.next_batch), start=s.next_batch):
             optimizer.zero_grad(set_to_none=True)
@@ -80,7 +80,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
             s.seen += mb.num_seeds
             s.next_batch = i + 1
             bar.update(1)
-            if s.next_batch < len(files) and saves.due(s.next_batch):
+            if s.next_batch < len(files.samples) and saves.due(s.next_batch):
                 s.elapsed_s, s.dropout_rng = time.perf_counter() - start, model.dropout_state
                 save_last(s)
                 saves.done()
@@ -98,7 +98,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
             best = {"val_acc": history["val_acc_per_epoch"][-1], "epoch": epoch}
             checkpoints.save("best", {"model": model.state_dict(), "epoch": epoch})
         save_last(EpochState(epoch + 1))
-        run.finished(files)
+        run.finished(epoch)
     if best["epoch"] >= 0 and not run.tables:  # the tables are the last epoch's: so is the model to test with them
         model.load_state_dict(checkpoints.load("best")["model"])
     test = run.evaluate(model, "test")

@@ -7,16 +7,14 @@ batch epoch 0 sampled (its raw rows, their float32 copies and the step's activat
 flight), the packer (its buffers and its plan of an epoch's rows), the out-of-core tables' own memory
 (--featureless table, tables.py), and what is left to the host tier (half of it, under --host-cache auto): typed
 feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte. Every epoch, and each eval set
-once, is sampled and then packed per type (offline/epochs.py, pack_types), the next epoch in the background while one
-trains; the plan checks the disk the two epochs' and the eval sets' files take at once.
+once, is sampled and then packed per type by offline/epochs.py's OfflineEpochs, as a homogeneous run's are, the
+next epoch in the background while one trains; the plan checks the disk the two epochs' and the eval sets' files
+take at once.
 """
 
 from __future__ import annotations
 
 import shutil
-import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,14 +24,12 @@ import torch.nn.functional as F
 from ... import defaults
 from ...data.format import Dataset, open_dataset
 from ...data.schema import relation_fanouts
-from ...data.files import guard_io
 from ...errors import DiskgnnError, UsageError
 from ...loading.hetero import hetero_pass
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
-from ...offline.epochs import pack_types
-from ...offline.placement import densest
 from ...offline.batches import SampleFile
-from ...offline.sample import open_graph, sample_epoch
+from ...offline.epochs import EpochFiles, EpochSpec, OfflineEpochs
+from ...offline.placement import densest
 from ...store.store import TypedRows
 from ...units import format_size, parse_size
 from ..workdir import hold_workdir
@@ -42,21 +38,6 @@ from ..plan import disk_copies
 from ..tasks.base import EVAL_EPOCH
 from .checks import refuse
 from .tables import HeteroTables
-
-
-@dataclass
-class HeteroFiles:
-    """An epoch's (or an eval set's) sample file and its packs."""
-
-    samples: SampleFile
-    packs: dict  # featured type -> PackFile
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def delete(self) -> None:
-        for path in (*self.samples.paths, *(f for p in self.packs.values() for f in p.paths)):
-            path.unlink(missing_ok=True)
 
 
 def _hop_text(schema, hop) -> str:
@@ -89,18 +70,16 @@ class HeteroRun:
                       else torch.ops.mkldnn._is_mkldnn_bf16_supported()))
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
         self.labels = np.asarray(self.ds.labels)
-        self.graph = open_graph(self.ds)
         self.features = TypedRows(self.ds, cfg.backend)
         self.tables = HeteroTables(cfg, schema, self.workdir)
         self._hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
         self.budget = parse_size(cfg.memory_budget, "--memory-budget")
         self.threads = cfg.threads or None
-        self._lock, self._next, self._epoch0 = None, None, None
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="diskgnn-hetero-epochs")
+        self._lock = None
+        self.epochs: OfflineEpochs | None = None
         self.plan: dict = {}
         self.pack_memory = defaults.PACK_MEMORY
-        self.offline = {"sample_s": 0.0, "pack_s": 0.0, "pack_bytes_written": 0}
-        self._eval_files: dict[str, HeteroFiles] = {}  # sampled and packed once, on first use
+        self._eval_files: dict[str, EpochFiles] = {}  # sampled and packed once, on first use
 
     def say(self, line: str) -> None:
         if self.log is not None:
@@ -125,9 +104,22 @@ class HeteroRun:
             for t in s.types) + f"; {len(s.relations)} relations, {self.ds.num_edges:,} edges; target {s.target}, "
             f"{s.num_classes} classes{' (multi-label)' if s.multilabel else ''}; {cfg.model} x {len(self.fanouts)} "
             f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
-        self._epoch0 = self._sample(0)  # what epoch 0 trains on (a run resumed later deletes it unread)
-        self._plan(model, self._epoch0)
+        self.epochs = OfflineEpochs(self.ds, self.workdir / "epochs", self._spec())
+        self.epochs.sample_first()  # what epoch 0 trains on
+        self._plan(model, self.epochs.samples0)
+        self.epochs.follow(self._spec())  # the packer's share of the budget, as planned
         return self
+
+    def _spec(self) -> EpochSpec:
+        cfg = self.cfg
+        return EpochSpec(tuple(tuple(hop) for hop in self.fanouts), cfg.batch_size, cfg.seed, self.pack_memory,
+                         self.features.sources, threads=self.threads, max_batches=cfg.max_batches)
+
+    @property
+    def offline(self) -> dict:
+        """The offline work's seconds and bytes so far."""
+        return {"sample_s": self.epochs.sample_s, "pack_s": self.epochs.pack_s,
+                "pack_bytes_written": int(self.epochs.phases["pack_bytes_written"])}
 
     def _plan(self, model: HeteroGNN, epoch0: SampleFile) -> None:
         cfg, s = self.cfg, self.schema
@@ -178,7 +170,7 @@ class HeteroRun:
         costs = {name: src.row_bytes + 8 for name, src in self.features.sources.items()}  # a row and its id
         costs.update(self.tables.held_row_bytes())
         chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
-        self.features.place({n: ids for n, ids in chosen.items() if n in self.features.sources}, counts)
+        self.features.place(self.epochs.place_held(chosen))
         self._hot = {name: ids for name, ids in chosen.items() if name in table_types}
         placed = {name: int(ids.size) for name, ids in chosen.items()}
         hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
@@ -213,53 +205,22 @@ class HeteroRun:
     def _held_on_disk(self) -> int:
         """Bytes of earlier runs' epoch and eval files in the workdir, which this run replaces."""
         return sum(f.stat().st_size for d in ("epochs", "eval") if (self.workdir / d).is_dir()
-                   for f in (self.workdir / d).iterdir() if f.is_file() and f != self._epoch0.path)
+                   for f in (self.workdir / d).iterdir() if f.is_file() and f != self.epochs.samples0.path)
 
-    def epoch_file(self, epoch: int) -> HeteroFiles:
+    def epoch_file(self, epoch: int) -> EpochFiles:
         """Epoch `epoch`'s samples and packs: made in the background while the one before trained, else now."""
-        if self._next is not None and self._next[0] == epoch:
-            done = self._next[1].result()
-            self._next = None
-            return done
-        epoch0, self._epoch0 = self._epoch0, None
-        if epoch0 is not None and epoch != 0:  # made for the plan, unused on --resume
-            for path in epoch0.paths:
-                path.unlink(missing_ok=True)
-        return self._files(epoch, epoch0 if epoch == 0 else None)
-
-    def _sample(self, epoch: int) -> SampleFile:
-        path = self.workdir / "epochs" / f"epoch-{epoch:05d}.samples"
-        return self._sampled(path, fanouts=self.fanouts, epoch=epoch, max_batches=self.cfg.max_batches)
-
-    def _sampled(self, path: Path, **kwargs) -> SampleFile:
-        guard_io(path.parent, lambda: path.parent.mkdir(parents=True, exist_ok=True))
-        start = time.perf_counter()
-        samples = sample_epoch(self.ds, path, graph=self.graph, batch_size=self.cfg.batch_size, seed=self.cfg.seed,
-                               threads=self.threads, **kwargs)
-        self.offline["sample_s"] += time.perf_counter() - start
-        return samples
-
-    def _files(self, epoch: int, samples: SampleFile | None = None) -> HeteroFiles:
-        return self._packed(samples or self._sample(epoch), f"epoch-{epoch:05d}")
-
-    def _packed(self, samples: SampleFile, name: str) -> HeteroFiles:
-        start = time.perf_counter()
-        packs, stats = pack_types(self.ds, samples, self.features.placements, samples.path.parent, name,
-                                  pack_memory=self.pack_memory, threads=self.threads)
-        self.offline["pack_s"] += time.perf_counter() - start
-        self.offline["pack_bytes_written"] += int(stats.get("bytes_written", 0))
-        return HeteroFiles(samples, packs)
+        return self.epochs.files(epoch)
 
     def prepare_next(self, epoch: int) -> None:
         """Starts sampling and packing `epoch` in the background (while the one before trains)."""
-        if epoch < self.cfg.epochs and self._next is None:
-            self._next = (epoch, self._pool.submit(self._files, epoch))
+        if epoch < self.cfg.epochs:
+            self.epochs.prefetch(epoch)
 
-    def finished(self, files: HeteroFiles) -> None:
+    def finished(self, epoch: int) -> None:
         """Deletes a trained epoch's files: at most two epochs' are on disk at once."""
-        files.delete()
+        self.epochs.release(epoch)
 
-    def passes(self, files: HeteroFiles, fanouts, start: int = 0):
+    def passes(self, files: EpochFiles, fanouts, start: int = 0):
         stores = self.features.stores(files.packs)
         try:
             yield from hetero_pass(files.samples, self.schema, stores, self.labels, fanouts,
@@ -268,11 +229,9 @@ class HeteroRun:
             for store in stores.values():
                 store.close()
 
-    def eval_file(self, split: str) -> HeteroFiles:
-        ids = np.asarray(self.ds.split(split))
-        samples = self._sampled(self.workdir / "eval" / f"{split}.samples", fanouts=self.eval_fanouts,
-                                epoch=EVAL_EPOCH[split], seeds=ids, max_batches=self.cfg.eval_max_batches)
-        return self._packed(samples, split)
+    def eval_file(self, split: str) -> EpochFiles:
+        return self.epochs.eval_files(split, np.asarray(self.ds.split(split)), self.eval_fanouts, EVAL_EPOCH[split],
+                                      max_batches=self.cfg.eval_max_batches)
 
     def eval_pass(self, split: str):
         """The split's batches (sampled and packed once, with the eval fanouts)."""
@@ -332,7 +291,8 @@ class HeteroRun:
         return scores
 
     def close(self) -> None:
-        self._pool.shutdown()  # waits for the epoch made in the background
+        if self.epochs is not None:
+            self.epochs.close()  # waits for the epoch made in the background
         self.tables.close()
         if self._lock is not None:
             self._lock.close()
