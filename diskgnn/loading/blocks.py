@@ -87,8 +87,12 @@ class TensorBlock:
         return total.to(h.dtype)
 
 
-def sampled_blocks(batch) -> list[TensorBlock]:
-    """A sampled batch's blocks in the order the model runs them (input hop first)."""
+def sampled_blocks(batch) -> list:
+    """A sampled batch's blocks in the order the model runs them (input hop first); a typed batch's per hop a list
+    per relation (None where the hop does not follow it)."""
+    if batch.typed:
+        return [[None if b is None else TensorBlock.from_csc(b.indptr, b.indices, b.num_dst, b.num_src) for b in hop]
+                for hop in batch.hops[::-1]]
     return [TensorBlock.from_csc(b.indptr, b.indices, b.num_dst, b.num_src) for b in batch.blocks[::-1]]
 
 

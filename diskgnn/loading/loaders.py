@@ -94,6 +94,21 @@ class MiniBatch:
         return self.batch.nodes
 
     @property
+    def nodes(self) -> dict[str, np.ndarray]:
+        """A typed batch's node ids per type (local to the type, seeds first among theirs); `x` then holds each
+        featured type's rows and `blocks[l][r]` relation r's block of layer l (None where it is not followed)."""
+        return dict(zip(self.batch.type_names, self.batch.type_nodes))
+
+    @property
+    def hops(self) -> list:
+        """The blocks in sampling order, the seeds' hop first (what diskgnn.nn.hetero's models take)."""
+        return self.blocks[::-1]
+
+    @property
+    def num_seeds(self) -> int:
+        return len(self.seeds)
+
+    @property
     def seeds(self) -> np.ndarray:
         """Global ids of the nodes whose labels are `labels`."""
         return self.batch.seeds if self.share is None else self.share.seed_ids

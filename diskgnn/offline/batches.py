@@ -45,6 +45,11 @@ class Batch:
     hag_bytes: memoryview | None = None  # its blocks' stored HAGs (loading/hag.py's encode), if searched
     counts: np.ndarray | None = None
     seed_type: int = 0
+    type_names: tuple[str, ...] | None = None  # a typed batch's (its schema's types, in order); None: one type
+
+    @property
+    def typed(self) -> bool:
+        return self.type_names is not None
 
     @classmethod
     def one_type(cls, index: int, nodes: np.ndarray, blocks: list[Block], num_seeds: int,
@@ -95,9 +100,10 @@ def parse_record(buf: memoryview | bytes, index: int) -> Batch:
                  counts.reshape(-1, 1))
 
 
-def parse_typed_record(buf, index: int, relations, seed_type: int) -> Batch:
+def parse_typed_record(buf, index: int, relations, seed_type: int, type_names, fanouts=None) -> Batch:
     """Decodes one record of the typed sampler (layout in native/sampler.h); `relations`: each relation's
-    (source type, destination type) indices."""
+    (source type, destination type) indices; `fanouts[h][r]`, where given: a relation a hop does not follow (0)
+    has no block there (None)."""
     layers, types, rels = (int(x) for x in np.frombuffer(buf, dtype="<i8", count=3))
     head = np.frombuffer(buf, dtype="<i8", count=3 + (layers + 1) * types + layers * rels)
     counts = head[3:3 + (layers + 1) * types].reshape(layers + 1, types)
@@ -116,9 +122,11 @@ def parse_typed_record(buf, index: int, relations, seed_type: int) -> Batch:
             off += indptr.nbytes
             indices = np.frombuffer(buf, dtype="<i4", count=int(edges[h, r]), offset=off)
             off += indices.nbytes
-            hop.append(Block(indptr, indices, n_dst, int(counts[h + 1, src])))
+            followed = fanouts is None or fanouts[h][r] != 0
+            hop.append(Block(indptr, indices, n_dst, int(counts[h + 1, src])) if followed else None)
         hops.append(hop)
-    return Batch(index, nodes, hops, int(counts[0].sum()), None, counts, seed_type)  # before hop 0: the seeds
+    # before hop 0: the seeds alone
+    return Batch(index, nodes, hops, int(counts[0].sum()), None, counts, seed_type, tuple(type_names))
 
 
 class SampleFile(RecordFile):
@@ -152,7 +160,8 @@ class SampleFile(RecordFile):
             raise IndexError(f"{self.path}: batch {b} out of range [0, {len(self)})")
         if self._relations is None:
             return parse_record(self.record(b), b)
-        return parse_typed_record(self.record(b), b, self._relations, self.meta["seed_type"])
+        return parse_typed_record(self.record(b), b, self._relations, self.meta["seed_type"], self.meta["types"],
+                                  self.meta["fanouts"])
 
     def __iter__(self):
         return (self[b] for b in range(len(self)))

@@ -131,13 +131,14 @@ class Graph:
     def parse(self, rec, index: int, seed_type: int | None = None) -> Batch:
         if not self.typed:
             return parse_record(rec, index)
-        return parse_typed_record(rec, index, self.relations, self.target if seed_type is None else seed_type)
+        return parse_typed_record(rec, index, self.relations, self.target if seed_type is None else seed_type,
+                                  [t.name for t in self.schema.types])
 
     def index_meta(self, seed_type: int | None = None) -> dict:
         """What a sample file's index says of its records' layout (batches.py)."""
         if not self.typed:
             return {}
-        return {"relations": [list(r) for r in self.relations],
+        return {"relations": [list(r) for r in self.relations], "types": [t.name for t in self.schema.types],
                 "seed_type": self.target if seed_type is None else seed_type}
 
 

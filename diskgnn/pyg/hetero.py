@@ -8,9 +8,9 @@ models (`to_hetero`, HeteroConv) train through NodeLoader unchanged:
         out = model(data.x_dict, data.edge_index_dict)["paper"][:data["paper"].batch_size]
 
 The feature store serves each featured type's `x` (group = the type) and the target's `y` through each type's
-tier chain (store.TypedRows: a host tier of the rows with the highest in-degree over the relations into the type,
-`cache` bytes across types; the rest read by id with O_DIRECT). The graph store hands out each relation's CSC
-memory-mapped, keyed by (source type, relation, destination type). The sampler is diskgnn's native hetero
+tier chain (store/by_type.py's TypedRows: a host tier of the rows with the highest in-degree over the relations
+into the type, `cache` bytes across types; the rest read by id with O_DIRECT). The graph store hands out each
+relation's CSC memory-mapped, keyed by (source type, relation, destination type). The sampler is diskgnn's native hetero
 sampler (a count per hop for every relation, or per relation as `relation_fanouts` reads them), each call its
 own random stream. Featureless types have no `x`: embed them from `data[type].n_id`.
 """
@@ -32,7 +32,7 @@ from ..errors import DiskgnnError
 from ..offline.sample import open_graph, sample_batch
 from ..offline.batches import Batch
 from ..offline.placement import densest, held_placement
-from ..store.store import TypedRows
+from ..store.by_type import TypedRows
 from ..units import parse_size
 from .stores import DEFAULT_CACHE, _read_only
 

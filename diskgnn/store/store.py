@@ -34,9 +34,8 @@ from .. import defaults
 from ..data.features import FeatureSource, feature_source
 from ..data.format import Dataset
 from ..errors import DiskgnnError
-from ..io.reader import FileReader
 from ..offline.pack import PackFile
-from ..offline.placement import Placement, held_placement
+from ..offline.placement import Placement
 from .staging import Slab, Slabs
 from .tiers import FileTier, PackTier, PlacedTier, RecentTier, Rows, SegmentTier, TierStats, load_tiers
 
@@ -320,52 +319,3 @@ class FeatureStore:
         for tier in self.chain:
             tier.close()
 
-
-class TypedRows:
-    """A typed dataset's feature rows, per featured node type through a tier chain of its own (a FeatureStore of
-    that type's rows): the memory tier placed for it (placement.densest ranks every type's rows under one budget),
-    then a batch's pack region of the type, or, without packs, its feature file. What every store of a type served
-    is counted in one place (`stats[type]`, by tier)."""
-
-    def __init__(self, dataset: Dataset, backend: str = "auto"):
-        self.dataset, self.backend = dataset, backend
-        self.sources = {t.name: feature_source(dataset, node_type=t.name) for t in dataset.schema.types
-                        if t.feature_dim}
-        self.stats: dict[str, dict[str, TierStats]] = {name: {} for name in self.sources}
-        self.place({name: held_placement(src.num_rows, np.empty(0, np.int64)) for name, src in self.sources.items()})
-
-    def place(self, placements: dict[str, Placement]) -> None:
-        """Fills each type's memory tier with the rows its placement holds (placement.held_placement)."""
-        self.placements = placements
-        self.tiers = {name: load_tiers(self.dataset, self.placements[name], "cpu", self.backend, src)
-                      for name, src in self.sources.items()}
-
-    def stores(self, packs: dict[str, PackFile] | None = None, read_depth: int = defaults.READ_DEPTH) -> dict:
-        """Per featured type a FeatureStore over its tier and `packs[type]` (None: any ids, from the file)."""
-        return {name: FeatureStore(self.dataset, self.placements[name], None if packs is None else packs[name],
-                                   backend=self.backend, tiers=self.tiers[name], features=src, read_depth=read_depth,
-                                   stats=self.stats[name]) for name, src in self.sources.items()}
-
-    def held_bytes(self) -> int:
-        return sum(p.tier_ids[0].size * (8 + self.sources[n].row_bytes) for n, p in self.placements.items())
-
-    @property
-    def backend_name(self) -> str:
-        """The reader the stores read with (`auto` resolved, and whether O_DIRECT), or none without features."""
-        src = next(iter(self.sources.values()), None)
-        if src is None:
-            return "none"
-        reader = FileReader(src.path, self.backend)
-        try:
-            return reader.backend + (" + O_DIRECT" if reader.direct else "")
-        finally:
-            reader.close()
-
-    def summary(self) -> dict:
-        """Per type: rows asked for, those its memory tier served, bytes read from disk."""
-        out = {}
-        for name, tiers in self.stats.items():
-            host = tiers.get("host")
-            out[name] = {"rows": sum(t.hits for t in tiers.values()), "hits": host.hits if host else 0,
-                         "bytes_read": sum(t.bytes for n, t in tiers.items() if n != "host")}
-        return out

@@ -8,7 +8,7 @@ import torch
 
 def salt_of(batch) -> tuple[int]:
     """What keys a (global) batch's dropout masks with the epoch's: its first seed."""
-    return (int(batch.nodes[0]),) if batch.num_seeds else (0,)
+    return (int(batch.seeds[0]),) if batch.num_seeds else (0,)
 
 
 class Target:

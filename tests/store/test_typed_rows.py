@@ -1,4 +1,4 @@
-"""A typed dataset's rows through each featured type's tier chain (store.TypedRows: its memory tier, placed
+"""A typed dataset's rows through each featured type's tier chain (store/by_type.py's TypedRows: its memory tier, placed
 with the other types' under one budget, then the batch's pack region of the type or the feature file), against
 numpy indexing of each type's features."""
 
@@ -8,7 +8,7 @@ import pytest
 from diskgnn.data.format import open_dataset
 from diskgnn.offline.batches import Batch
 from diskgnn.offline.placement import densest, held_placement
-from diskgnn.store.store import TypedRows
+from diskgnn.store.by_type import TypedRows
 
 from conftest import small_hetero, write_hetero_npy
 

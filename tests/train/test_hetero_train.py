@@ -194,9 +194,10 @@ def test_homogeneous_refuses_hetero_options(train_data, tmp_path):
 
 
 def test_loader_api_yields_hetero_batches(hds, tmp_path):
-    """diskgnn.Loader on a heterogeneous dataset: its batches drive one's own loop over diskgnn's hetero model."""
+    """diskgnn.Loader on a heterogeneous dataset: its batches (the one MiniBatch, typed) drive one's own loop over
+    diskgnn's hetero model."""
     import diskgnn
-    from diskgnn.loading.hetero import HeteroMiniBatch
+    from diskgnn.loading.loaders import MiniBatch
     from diskgnn.nn.hetero import HeteroGNN
 
     lines = []
@@ -208,7 +209,8 @@ def test_loader_api_yields_hetero_batches(hds, tmp_path):
         seeds = 0
         for epoch in range(4):
             for mb in loader.epoch(epoch):
-                assert isinstance(mb, HeteroMiniBatch)
+                assert isinstance(mb, MiniBatch) and set(mb.x) == {"paper", "term"} and len(mb.hops) == 2
+                assert [b is None for b in mb.hops[0]] == [False] * 6  # --fanouts 4,4: every relation followed
                 opt.zero_grad()
                 F.cross_entropy(model(mb.hops, mb.x, mb.nodes), mb.labels).backward()
                 opt.step()

@@ -2,7 +2,7 @@
 
     with diskgnn.Loader("data/acm", fanouts="10,10", batch_size=128, memory_budget="2GiB") as loader:
         for epoch in range(3):
-            for mb in loader.epoch(epoch):   # HeteroMiniBatch: hops[h][r] blocks, x[type], nodes[type], labels
+            for mb in loader.epoch(epoch):   # MiniBatch: hops[h][r] blocks, x[type], nodes[type], labels
                 out = model(mb.hops, mb.x, mb.nodes)   # e.g. diskgnn.nn.hetero.HeteroGNN
                 ...
 
@@ -41,13 +41,13 @@ class HeteroLoader:
         return self
 
     def epoch(self, epoch: int, start: int = 0):
-        """Epoch `epoch`'s batches from batch `start` on, as HeteroMiniBatches on the run's device."""
+        """Epoch `epoch`'s batches from batch `start` on, as MiniBatches on the run's device."""
         self.open()
         if self._epoch is not None:
             self.run.finished(self._epoch)
         self._epoch, self._files = epoch, self.run.epoch_file(epoch)
         self.run.prepare_next(epoch + 1)
-        return self.run.passes(self._files, self.run.fanouts, start)
+        return self.run.passes(self._files, start)
 
     def evaluation(self, split: str):
         self.open()

@@ -72,7 +72,7 @@ def _train(cfg, run: HeteroRun, model, memory: AnonPeak, started: float) -> dict
         start, saves = time.perf_counter() - s.elapsed_s, Every(cfg.checkpoint_interval)
         bar = tqdm(total=len(files.samples), initial=s.next_batch, desc=f"epoch {epoch}", unit="batch",
                    disable=not cfg.progress, dynamic_ncols=True)
-        for i, mb in enumerate(run.passes(files, run.fanouts, s.next_batch), start=s.next_batch):
+        for i, mb in enumerate(run.passes(files, s.next_batch), start=s.next_batch):
             optimizer.zero_grad(set_to_none=True)
             loss = run.train_step(model, mb)
             optimizer.step()

@@ -25,13 +25,14 @@ from ... import defaults
 from ...data.format import Dataset, open_dataset
 from ...data.schema import relation_fanouts
 from ...errors import DiskgnnError, UsageError
-from ...loading.hetero import hetero_pass
+from ...loading.loaders import OfflineLoader
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
 from ...offline.batches import SampleFile
 from ...offline.epochs import EpochFiles, EpochSpec, OfflineEpochs
 from ...offline.placement import densest
-from ...store.store import TypedRows
+from ...store.by_type import TypedRows
 from ...units import format_size, parse_size
+from ...target import target_for
 from ..workdir import hold_workdir
 from ..options import save
 from ..plan import disk_copies
@@ -143,7 +144,8 @@ class HeteroRun:
                     table_rows[ty.name] = max(table_rows[ty.name], ids.size)
                     rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
-            rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop)  # its block tensors
+            # its block tensors
+            rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop if blk is not None)
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
         # the batches in flight hold their rows and blocks; one step at a time holds its activations
         working = rows_max * (defaults.READ_DEPTH + 2) + step_max
@@ -220,14 +222,27 @@ class HeteroRun:
         """Deletes a trained epoch's files: at most two epochs' are on disk at once."""
         self.epochs.release(epoch)
 
-    def passes(self, files: EpochFiles, fanouts, start: int = 0):
-        stores = self.features.stores(files.packs)
+    def passes(self, files: EpochFiles, start: int = 0):
+        """Batches start.. of `files` as MiniBatches, through the loaders' stages (sample, read, assemble) over each
+        featured type's store; laid out by the CPU target, then moved to the run's device."""
+        store = self.features.store(files.packs)
+        loader = OfflineLoader(files.samples, store, self.labels, defaults.READ_DEPTH, target_for("cpu"))
         try:
-            yield from hetero_pass(files.samples, self.schema, stores, self.labels, fanouts,
-                                   multilabel=self.schema.multilabel, device=self.device, start=start)
+            with loader.pipeline(np.arange(start, len(files.samples))) as pipeline:
+                for mb in pipeline:
+                    yield mb if self.device.type == "cpu" else self._moved(mb)
         finally:
-            for store in stores.values():
-                store.close()
+            store.close()
+
+    def _moved(self, mb):
+        mb.x = {name: x.to(self.device, non_blocking=True) for name, x in mb.x.items()}
+        mb.blocks = [[b if b is None else b.to(self.device, non_blocking=True) for b in hop] for hop in mb.blocks]
+        mb.labels = mb.labels.to(self.device, non_blocking=True)
+        return mb
+
+    def targets(self, mb) -> torch.Tensor:
+        """The seeds' labels as the loss takes them: classes, or 0/1 rows as floats where multi-label."""
+        return mb.labels.float() if self.schema.multilabel else mb.labels
 
     def eval_file(self, split: str) -> EpochFiles:
         return self.epochs.eval_files(split, np.asarray(self.ds.split(split)), self.eval_fanouts, EVAL_EPOCH[split],
@@ -237,7 +252,7 @@ class HeteroRun:
         """The split's batches (sampled and packed once, with the eval fanouts)."""
         if split not in self._eval_files:
             self._eval_files[split] = self.eval_file(split)
-        return self.passes(self._eval_files[split], self.eval_fanouts)
+        return self.passes(self._eval_files[split])
 
     # -- the model's side ------------------------------------------------------------------------------------
 
@@ -255,7 +270,7 @@ class HeteroRun:
         x, trained = self.tables.inputs(mb.x, mb.nodes, self.device, True)
         with self.autocast():
             out = model(mb.hops, x, mb.nodes).float()
-        loss = (F.binary_cross_entropy_with_logits(out, mb.labels) if self.schema.multilabel
+        loss = (F.binary_cross_entropy_with_logits(out, self.targets(mb)) if self.schema.multilabel
                 else F.cross_entropy(out, mb.labels))
         loss.backward()
         self.tables.step(mb.nodes, trained)
@@ -279,7 +294,7 @@ class HeteroRun:
             x, _ = self.tables.inputs(mb.x, mb.nodes, self.device, False)
             with self.autocast():
                 out = model(mb.hops, x, mb.nodes).float()
-            counts = class_counts(out, mb.labels, self.schema.multilabel, c)
+            counts = class_counts(out, self.targets(mb), self.schema.multilabel, c)
             tp, fp, fn = tp + counts[0], fp + counts[1], fn + counts[2]
             if not self.schema.multilabel:
                 correct += int((out.argmax(1) == mb.labels).sum())
