@@ -1,7 +1,7 @@
 """The same small runs trained by an earlier revision and by this checkout, on this machine, weights compared bit
 for bit: the check a refactoring step passes before it lands.
 
-    python -m bench.identity --base REV [--runs node,gat-bf16,link,online] [--workdir DIR]
+    python -m bench.identity --base REV [--runs node,gat-bf16,link,online,typed,acm,imdb] [--workdir DIR]
     python -m bench.identity --base-dir CHECKOUT ...   # an earlier checkout already built
     python -m bench.identity --smoke                   # tiny, for the test suite (this checkout against itself)
 
@@ -29,6 +29,7 @@ import struct
 import subprocess
 import sys
 import time
+import zipfile
 from pathlib import Path
 
 import torch
@@ -43,7 +44,12 @@ DATASETS = {
     "edges": ["synthetic", "--structure", "powerlaw", "--nodes", "400", "--feat-dim", "8", "--avg-degree", "6",
               "--classes", "2", "--seed", "0", "--undirected", "--edge-split", "0.7,0.15,0.15"],
     "typed": ["synthetic", "--schema", "mag", "--nodes", "3000", "--feat-dim", "16", "--classes", "4"],
+    # HGB's real datasets in ../shared (IMDB's labels are multi-label), unzipped first: {raw} is their folder
+    "acm": ["{raw}", "--format", "hgb"],
+    "imdb": ["{raw}", "--format", "hgb"],
 }
+ARCHIVES = {"acm": ("hgb_acm/ACM.zip", "ACM"), "imdb": ("hgb_imdb/IMDB.zip", "IMDB")}
+SHARED = REPO.parent / "shared" / "datasets"
 SMALL = ["--fanouts", "4,3", "--batch-size", "47", "--hidden", "16", "--epochs", "2", "--lr", "0.02",
          "--memory-budget", "2GiB", "--host-cache", "8KiB"]
 # name -> (dataset, options after SMALL)
@@ -53,6 +59,8 @@ RUNS = {
     "link": ("edges", ["--task", "link", "--batch-size", "64"]),
     "online": ("plain", ["--sampling", "online"]),
     "typed": ("typed", ["--batch-size", "100"]),
+    "acm": ("acm", ["--batch-size", "128", "--fanouts", "10,10"]),
+    "imdb": ("imdb", ["--batch-size", "128", "--fanouts", "10,10"]),
 }
 DEFAULT_RUNS = "node,gat-bf16,link,online"
 _HEAD, _TAIL = struct.Struct("<8sQ"), struct.Struct("<Q")
@@ -128,6 +136,19 @@ def summary_numbers(workdir: Path) -> dict:
     return {k: v for k, v in summary.items() if k.startswith(("val_", "test_")) and not isinstance(v, dict)}
 
 
+def unzipped(dataset: str, where: Path) -> Path | None:
+    """A real dataset's folder, unzipped from ../shared/datasets under `where` (None for the generated ones)."""
+    if dataset not in ARCHIVES:
+        return None
+    archive, inner = ARCHIVES[dataset]
+    if not (SHARED / archive).exists():
+        raise SystemExit(f"identity: {SHARED / archive} is absent (the real datasets live in ../shared/datasets)")
+    if not (where / dataset / inner).is_dir():
+        with zipfile.ZipFile(SHARED / archive) as z:
+            z.extractall(where / dataset)
+    return where / dataset / inner
+
+
 def train_side(root: Path, side: str, names: list[str], work: Path) -> dict:
     """Prepares the datasets the runs need with `root`'s code and trains each run; its weights and numbers."""
     work.mkdir(parents=True, exist_ok=True)
@@ -138,8 +159,9 @@ def train_side(root: Path, side: str, names: list[str], work: Path) -> dict:
         if not (data / ".identity-done").exists():
             shutil.rmtree(data, ignore_errors=True)
             data.parent.mkdir(parents=True, exist_ok=True)
-            run_diskgnn(root, ["diskgnn.prepare", *DATASETS[dataset], "--out", str(data), "--no-progress"],
-                        work / f"prepare-{dataset}.log")
+            raw = unzipped(dataset, work / "raw")
+            run_diskgnn(root, ["diskgnn.prepare", *(a.format(raw=raw) for a in DATASETS[dataset]), "--out", str(data),
+                               "--no-progress"], work / f"prepare-{dataset}.log")
             (data / ".identity-done").touch()
         run_dir = work / "runs" / name
         shutil.rmtree(run_dir, ignore_errors=True)
