@@ -83,13 +83,13 @@ class FeatureSource:
 
 
 def feature_source(ds: Dataset, name: str = RAW_FEATURES, node_type: str | None = None) -> FeatureSource:
-    """The rows training reads of a node type (default: the dataset's first, a homogeneous dataset's only one): its
+    """The rows training reads of a node type (a homogeneous dataset's one type; a typed dataset's `node_type`): its
     stored features for `fp32`, else the stored quantized variant `name`."""
-    node_type = node_type or ds.schema.types[0].name
     if name == RAW_FEATURES:
         kind = ds.feature_kind(node_type)
+        dim = ds.schema.type(node_type).feature_dim if ds.typed else ds.feature_dim
         return FeatureSource(RAW_FEATURES, ds.file_path(kind), ds.array(kind), AsFloat32(),
-                             ds.manifest["files"][kind]["checksum"], ds.schema.type(node_type).feature_dim)
+                             ds.manifest["files"][kind]["checksum"], dim)
     if ds.typed:
         raise DiskgnnError(f"{ds.path}: quantized variants are not stored per node type; train from the stored "
                            "features (fp32)")

@@ -153,10 +153,11 @@ class Dataset:
         if self.typed:
             return Schema.from_dict(m["hetero"])
         return Schema((NodeType(ONE_TYPE, m["num_nodes"], m["feature_dim"], m["feature_dtype"]),),
-                      (Relation(ONE_TYPE, ONE_RELATION, ONE_TYPE, m["num_edges"]),), ONE_TYPE, m["num_classes"])
+                      (Relation(ONE_TYPE, ONE_RELATION, ONE_TYPE, m["num_edges"]),), ONE_TYPE,
+                      m.get("num_classes", 0))  # a dataset prepared without labels has none
 
-    def feature_kind(self, node_type: str) -> str:
-        """The file kind of a node type's features."""
+    def feature_kind(self, node_type: str | None = None) -> str:
+        """The file kind of a node type's features (a homogeneous dataset's one type: any name, or None)."""
         return f"features/{node_type}" if self.typed else "features"
 
     def relation_kinds(self, relation: int) -> tuple[str, str]:

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from ..loading.blocks import TensorBlock
-from ..offline.batches import Batch
+from ..offline.batches import Batch, SampleView
 
 OWNERS = ("hash", "range")
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -41,33 +41,17 @@ def owners(ids: np.ndarray, world: int, scheme: str, num_nodes: int) -> np.ndarr
     return (mixed % np.uint64(world)).astype(np.int32)
 
 
-class OwnedRows:
+class OwnedRows(SampleView):
     """A sample file as one rank of a cooperative run reads it: each batch's input nodes are the ones this rank
     owns, in the batch's order. The packer, the placement and the feature store see only these."""
 
     def __init__(self, samples, rank: int, world: int, scheme: str, num_nodes: int):
-        self.samples, self.rank, self.world, self.scheme, self.num_nodes = samples, rank, world, scheme, num_nodes
+        super().__init__(samples)
+        self.rank, self.world, self.scheme, self.num_nodes = rank, world, scheme, num_nodes
 
-    @property
-    def path(self):
-        return self.samples.path
-
-    @property
-    def meta(self) -> dict:
-        return self.samples.meta
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def own(self, batch: Batch) -> Batch:
+    def view(self, batch: Batch) -> Batch:
         mine = owners(batch.nodes, self.world, self.scheme, self.num_nodes) == self.rank
         return Batch.one_type(batch.index, batch.nodes[mine], [], 0)
-
-    def __getitem__(self, b: int) -> Batch:
-        return self.own(self.samples[b])
-
-    def __iter__(self):
-        return (self[b] for b in range(len(self)))
 
 
 @dataclass

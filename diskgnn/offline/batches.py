@@ -167,12 +167,12 @@ class SampleFile(RecordFile):
         return (self[b] for b in range(len(self)))
 
 
-class TypeView:
-    """A sample file as one node type's rows see it: batch b's nodes are its nodes of type `t` (the packer's, the
-    placement's and the feature store's view of a typed batch: what they read of a one-type batch)."""
+class SampleView:
+    """A sample file as some of its readers see it: batch b is `view(samples[b])`, a one-type batch of the rows
+    they read (its path and index as the file's)."""
 
-    def __init__(self, samples, t: int):
-        self.samples, self.t = samples, t
+    def __init__(self, samples):
+        self.samples = samples
 
     @property
     def path(self):
@@ -186,10 +186,22 @@ class TypeView:
         return len(self.samples)
 
     def view(self, batch: Batch) -> Batch:
-        return Batch.one_type(batch.index, batch.type_nodes[self.t], [], 0)
+        raise NotImplementedError
 
     def __getitem__(self, b: int) -> Batch:
         return self.view(self.samples[b])
 
     def __iter__(self):
         return (self[b] for b in range(len(self)))
+
+
+class TypeView(SampleView):
+    """A sample file as one node type's rows see it: batch b's nodes are its nodes of type `t` (the packer's, the
+    placement's and the feature store's view of a typed batch: what they read of a one-type batch)."""
+
+    def __init__(self, samples, t: int):
+        super().__init__(samples)
+        self.t = t
+
+    def view(self, batch: Batch) -> Batch:
+        return Batch.one_type(batch.index, batch.type_nodes[self.t], [], 0)

@@ -65,7 +65,12 @@ class Loader:
         if cls is Loader and path is not None and is_hetero(read_manifest(path, None)):
             from .hetero.loader import HeteroLoader
 
-            return HeteroLoader(data, config=config, **options)
+            loader = HeteroLoader(data, config=config, **options)
+            if loader.cfg.featureless == "table":
+                raise UsageError("featureless='table': the tables train inside python -m diskgnn.train (their rows "
+                                 "are stepped after each backward pass); a Loader's own loop takes learned or hashed "
+                                 "rows")
+            return loader
         return super().__new__(cls)
 
     def __init__(self, data=None, *, config: TrainConfig | None = None, group: Group | None = None,

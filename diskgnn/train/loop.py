@@ -42,15 +42,12 @@ def versions() -> dict:
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
-    if _heterogeneous(cfg):
-        from .hetero.loop import train_hetero
-
-        return train_hetero(cfg)
+    typed = _heterogeneous(cfg)
     group = join(cfg.distributed, cfg.device, cfg.dist_timeout_s)
     finished = False
     try:
         with AnonPeak() as memory:
-            summary = _train(cfg, memory, group)
+            summary = _train(cfg, memory, group, typed)
         finished = True
         group.close(True)
         return summary
@@ -64,15 +61,13 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _heterogeneous(cfg: TrainConfig) -> bool:
-    """Whether --data is a heterogeneous dataset (train/hetero/); options only such a dataset takes are refused
-    on a homogeneous one."""
+    """Whether --data is a heterogeneous dataset (its Run is train/hetero/run.py's); options only such a dataset
+    takes are refused on a homogeneous one."""
     hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
     if not hetero and cfg.per_relation:
         raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
     if hetero and cfg.cuda_graphs == "on":
         raise UsageError("--cuda-graphs on: a heterogeneous run's step is eager, so far")
-    if hetero and cfg.val_interval is not None:
-        raise UsageError(f"--val-every {cfg.val_every}: a heterogeneous run validates at epoch ends only, so far")
     if not hetero and cfg.model == "rgcn":
         raise UsageError("--model rgcn: needs a heterogeneous dataset (its relations)")
     return hetero
@@ -118,10 +113,15 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
     return state["history"], state["best"], state["accounting"], position, state.get("embeddings", {})
 
 
-def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
+def _train(cfg: TrainConfig, memory: AnonPeak, group: Group, typed: bool = False) -> dict:
     # time to accuracy counts the imports, the plan and the first epoch's offline phase too
     started = time.monotonic() - process_age_s()
-    run = Run(cfg, group)
+    if typed:
+        from .hetero.run import HeteroRun
+
+        run = HeteroRun(cfg, group)
+    else:
+        run = Run(cfg, group)
     data = run.loader
     model, optimizer = run.model_and_optimizer()
     checkpoints = Checkpoints(data.workdir / "checkpoints")
@@ -137,20 +137,16 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         history.setdefault("wall_s_at_val", [None] * len(history["epoch_times_s"]))  # a checkpoint from before it
         history.setdefault("validations", [])
     run.open_embeddings(table_state if resumed is not None else None)
-    table = run.embeddings
 
     def save_last(state: EpochState) -> None:
-        # The table on disk as of this checkpoint first; its journal restarts once the checkpoint is saved.
-        if table is not None:
-            table.flush()
+        # The tables on disk as of this checkpoint first; their journals restart once the checkpoint is saved.
+        tables = run.flush_tables()
         if group.leader:
             checkpoints.save("last", {**training_state(model, optimizer, state, history, best, cfg.to_dict(),
                                                        data.accounting), "world": group.world,
                                       "dataset": data.ds.manifest.get("manifest_checksum"),
-                                      **({"embeddings": {"generation": table.generation + 1, "steps": table.steps}}
-                                         if table else {})})
-        if table is not None:
-            table.committed(table.generation + 1)
+                                      **({"embeddings": tables} if tables is not None else {})})
+        run.tables_committed()
 
     def validated(val: float, state: EpochState, end: bool) -> float:
         """A validation's record, and best.pt where it is the best so far; returns the seconds since the start it
@@ -163,13 +159,12 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
         history["validations"].append({"epoch": state.epoch, "batch": None if end else state.next_batch, "val": val,
                                        "wall_s": at})
         # nan (eval off) counts as better: the last epoch is then the best
-        if (table is not None and not end) or val <= best["val_acc"]:
+        if (run.has_tables and not end) or val <= best["val_acc"]:
             return at
         best = {"val_acc": val, "epoch": state.epoch, "batch": None if end else state.next_batch}
         if group.leader:
-            table_at = {"embeddings": {"generation": table.generation + 1}} if table else {}
             checkpoints.save("best", {"model": model.state_dict(), "epoch": state.epoch, "batch": best["batch"],
-                                      "dataset": data.ds.manifest.get("manifest_checksum"), **table_at})
+                                      "dataset": data.ds.manifest.get("manifest_checksum"), **run.tables_at_best()})
         return at
 
     def validate(state: EpochState) -> None:
@@ -192,13 +187,12 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
             history["wall_s_at_val"].append(validated(val, state, end=True))
             data.say(f"epoch {epoch}: {state.elapsed_s:.1f} s, loss {loss:.4f}, val {run.task.metric} {val:.4f}")
             save_last(EpochState(epoch + 1))
-        # The embedding table is the last epoch's, so its model is the one to test with it.
-        if best["epoch"] >= 0 and table is None:
+        # The tables are the last epoch's, so its model is the one to test with them.
+        if best["epoch"] >= 0 and not run.has_tables:
             model.load_state_dict(group.broadcast(checkpoints.load("best")["model"] if group.leader else None))
         test = run.evaluate(model, "test")
     finally:
-        if table is not None:
-            table.close()
+        run.close_tables()
         data.close()
     return _summary(cfg, run, memory, history, best, test, resumed is not None, time.monotonic() - started)
 
@@ -241,9 +235,7 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "best_batch": best.get("batch"),  # None: at the epoch's end
         f"test_{run.task.metric}": test,
         **run.task.summary(run),
-        # --embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled
-        **({"embeddings": {**run.embeddings.stats, "table_bytes": run.embeddings.table_bytes,
-                           "hot_rows": int((run.embeddings.hot_ids >= 0).sum())}} if run.embeddings else {}),
+        **run.tables_summary(),
         "versions": versions(),
         "config": cfg.to_dict(),
     }

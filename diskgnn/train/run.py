@@ -98,6 +98,38 @@ class Run:
         else:
             self.embeddings.place(hottest_first(counts)[: loader.plan.embedding_host // self.embeddings.row_bytes])
 
+    @property
+    def has_tables(self) -> bool:
+        """Whether the run learns tables of rows (--embeddings; a typed run's featureless types' tables)."""
+        return self.embeddings is not None
+
+    def flush_tables(self) -> dict | None:
+        """The tables on disk as of the checkpoint about to be saved; what last.pt keeps of them (None: none)."""
+        table = self.embeddings
+        if table is None:
+            return None
+        table.flush()
+        return {"generation": table.generation + 1, "steps": table.steps}
+
+    def tables_committed(self) -> None:
+        """The checkpoint is saved: the tables' journals start over."""
+        if self.embeddings is not None:
+            self.embeddings.committed(self.embeddings.generation + 1)
+
+    def tables_at_best(self) -> dict:
+        """What best.pt keeps of the tables: the generation the next last.pt commits (diskgnn.infer checks it)."""
+        return {} if self.embeddings is None else {"embeddings": {"generation": self.embeddings.generation + 1}}
+
+    def tables_summary(self) -> dict:
+        """--embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled."""
+        t = self.embeddings
+        return {} if t is None else {"embeddings": {**t.stats, "table_bytes": t.table_bytes,
+                                                    "hot_rows": int((t.hot_ids >= 0).sum())}}
+
+    def close_tables(self) -> None:
+        if self.embeddings is not None:
+            self.embeddings.close()
+
     def inputs(self, mb, train: bool):
         """The model's input rows: the batch's features, beside (--embeddings) its nodes' embedding values; and
         for a train step the (records, values) whose gradient `step` applies."""

@@ -120,7 +120,8 @@ def test_trains_and_learns(hds, tmp_path):
     assert summary["heterogeneous"] and summary["test_acc"] > 0.6, out  # 3 classes: chance is a third
     assert "plan: heterogeneous" in out and "reader " in out
     assert summary["features"]["paper"]["rows"] > 0 and summary["offline"]["pack_bytes_written"] > 0
-    assert not list((tmp_path / "w" / "epochs").glob("epoch-*"))  # each epoch's files deleted once trained
+    left = {f.name.split(".")[0] for f in (tmp_path / "w" / "epochs").glob("epoch-*")}
+    assert left == {"epoch-00009"}  # each epoch's files deleted once the next one trains, as a plain run's
     summary, _ = train(hds, tmp_path / "r", "--epochs", "2", "--model", "rgcn", "--bases", "2", "--featureless",
                        "hashed", "--precision", "bf16", "--eval", "full")
     assert summary["precision"] == "bf16" and 0 <= summary["test_acc"] <= 1
@@ -167,6 +168,21 @@ def test_resume_after_kill_is_exact(hds, tmp_path, featureless):
     resumed, out = train(hds, work, *args[2:], "--resume")
     assert resumed["resumed"] and "training goes on at epoch 1" in out
     assert resumed["train_loss"] == whole["train_loss"] and resumed["test_acc"] == whole["test_acc"]
+
+
+def test_one_loop_validates_inside_epochs_and_keeps_world_and_dataset(hds, tmp_path):
+    """A typed run goes through train/loop.py as a plain one: --val-every validates inside an epoch (the best
+    validation's weights in best.pt), and last.pt names the world and the dataset a --resume is checked against."""
+    from diskgnn.data.format import open_dataset
+    from diskgnn.train.checkpoints import Checkpoints
+
+    summary, out = train(hds, tmp_path / "w", "--epochs", "2", "--val-every", "2", "--fanouts", "4,4")
+    inside = [v for v in summary["validations"] if v["batch"] is not None]
+    assert [v["batch"] for v in inside] == [2, 4] * 2 and "epoch 0, batch 2 of 5: val acc" in out
+    assert len(summary["validations"]) == 6 and summary["best_batch"] in (None, 2, 4)
+    last = Checkpoints(tmp_path / "w" / "checkpoints").load("last")
+    assert last["world"] == 1 and last["dataset"] == open_dataset(hds, typed=True).checksum
+    assert Checkpoints(tmp_path / "w" / "checkpoints").load("best")["dataset"] == last["dataset"]
 
 
 @pytest.mark.parametrize("flags,match", [

@@ -1,4 +1,4 @@
-"""`diskgnn.Loader` on a heterogeneous dataset: the data side of a hetero run, for one's own training loop.
+"""`diskgnn.Loader` on a heterogeneous dataset: the data side of a typed run, and of one's own training loop.
 
     with diskgnn.Loader("data/acm", fanouts="10,10", batch_size=128, memory_budget="2GiB") as loader:
         for epoch in range(3):
@@ -6,66 +6,319 @@
                 out = model(mb.hops, mb.x, mb.nodes)   # e.g. diskgnn.nn.hetero.HeteroGNN
                 ...
 
-`diskgnn.Loader(data)` returns one of these when `data` is a heterogeneous dataset. Constructing it checks the
-options as `python -m diskgnn.train` does; opening it locks the workdir, samples epoch 0, makes the plan (the
-model options size it: hidden, model, featureless) and fills the typed host tier. `epoch(e)` yields its batches
-while e + 1 is sampled and packed in the background (asking for it deletes the files of the epoch before);
-`evaluation(split)` the val or test batches (with --eval-fanouts, or every neighbour under eval="full").
+`diskgnn.Loader(data)` returns one of these when `data` is a heterogeneous dataset; python -m diskgnn.train's
+typed Run (run.py) is built on it, as a plain Run is on its Loader. Constructing it checks the options;
+opening it locks the workdir, samples epoch 0, makes the plan (the model options size it: hidden, model,
+featureless) and fills the typed host tier. `epoch(e)` yields its batches while e + 1 is sampled and packed in the
+background (the files of the epochs before e are deleted); `evaluation(split)` the val or test batches (with
+--eval-fanouts, or every neighbour under eval="full"), sampled and packed once.
+
+The plan splits --memory-budget as the homogeneous one does: the process's base, the model with its optimizer
+state (learned tables of featureless types included), the target type's labels, the working set of the largest
+batch epoch 0 sampled (its raw rows, their float32 copies and the step's activations, times the batches in
+flight), the packer (its buffers and its plan of an epoch's rows), the out-of-core tables' own memory
+(--featureless table, tables.py), and what is left to the host tier (half of it, under --host-cache auto): typed
+feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte. Every epoch, and each eval set
+once, is sampled and then packed per type by offline/epochs.py's OfflineEpochs, as a homogeneous run's are; the
+plan checks the disk the two epochs' and the eval sets' files take at once.
 """
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Callable
 
-from ...errors import UsageError
-from ..options import from_options
-from .run import HeteroRun
+import numpy as np
+import torch
+
+from ... import defaults
+from ...data.format import Dataset, open_dataset
+from ...data.schema import relation_fanouts
+from ...errors import DiskgnnError, UsageError
+from ...loading.loaders import OfflineLoader
+from ...nn.hetero import HeteroGNN
+from ...offline.batches import SampleFile
+from ...offline.epochs import EpochFiles, EpochSpec, OfflineEpochs
+from ...offline.placement import densest
+from ...store.by_type import TypedRows
+from ...target import target_for
+from ...units import format_size, parse_size
+from ..options import from_options, save
+from ..plan import disk_copies
+from ..tasks.base import EVAL_EPOCH
+from ..workdir import hold_workdir
+from .checks import refuse
+from .tables import HeteroTables
+
+
+def _hop_text(schema, hop) -> str:
+    if len(set(hop)) == 1:
+        return f"{hop[0]} per relation"
+    return ",".join(f"{r.name}={f}" for r, f in zip(schema.relations, hop) if f)
 
 
 class HeteroLoader:
-    def __init__(self, data=None, *, config=None, log: Callable[[str], None] | None = print, **options):
-        self.cfg = config if config is not None else from_options(data=None if data is None else str(data),
-                                                                   **options)
-        if self.cfg.featureless == "table":
-            raise UsageError("featureless='table': the tables train inside python -m diskgnn.train (their rows are "
-                             "stepped after each backward pass); a Loader's own loop takes learned or hashed rows")
-        self.run = HeteroRun(self.cfg, log=log)
-        self.schema, self.fanouts = self.run.schema, self.run.fanouts
-        self._open = False
-        self._epoch, self._files = None, None  # the epoch last asked for, deleted when the next one is
+    """A typed dataset's batches, planned, sampled, packed and read; see the module's docstring."""
 
-    def open(self) -> "HeteroLoader":
-        if not self._open:
-            self.run.open(self.run.model())
-            self._open = True
+    def __init__(self, data=None, *, config=None, log: Callable[[str], None] | None = print, **options):
+        cfg = self.cfg = config if config is not None else from_options(data=None if data is None else str(data),
+                                                                        **options)
+        self.log = log
+        self.ds: Dataset = open_dataset(cfg.data, typed=True)
+        self.schema = schema = self.ds.schema
+        refuse(cfg, self.ds)
+        self.fanouts = relation_fanouts(cfg.fanouts, schema)
+        layers = len(self.fanouts)
+        self.eval_fanouts = ([[-1] * len(schema.relations)] * layers if cfg.evaluation.full else
+                             relation_fanouts(cfg.eval_fanouts or cfg.fanouts, schema, "--eval-fanouts"))
+        if len(self.eval_fanouts) != layers:
+            raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {layers} layers, as --fanouts has")
+        self.device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and
+                                                                         torch.cuda.is_available()) else "cpu")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise DiskgnnError("--device cuda: no CUDA device is visible to torch")
+        asked = cfg.precision_asked
+        self.bf16 = (asked.bf16 if asked is not None else
+                     (torch.cuda.is_bf16_supported() if self.device.type == "cuda"
+                      else torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+        self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
+        self.labels = np.asarray(self.ds.labels)
+        self.features = TypedRows(self.ds, cfg.backend)
+        self.tables = HeteroTables(cfg, schema, self.workdir)
+        self.hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
+        self.budget = parse_size(cfg.memory_budget, "--memory-budget")
+        self.threads = cfg.threads or None
+        self._lock = None
+        self.epochs: OfflineEpochs | None = None
+        self.plan: dict = {}
+        self.pack_memory = defaults.PACK_MEMORY
+        self._eval_files: dict[str, EpochFiles] = {}  # sampled and packed once, on first use
+        self.accounting: dict = {}  # what a checkpoint keeps of the data side (the tiers' counters are per type)
+
+    def say(self, line: str) -> None:
+        if self.log is not None:
+            self.log(line)
+
+    def new_model(self) -> HeteroGNN:
+        """The model a run of these options trains, seeded, on the run's device."""
+        cfg = self.cfg
+        torch.manual_seed(cfg.seed)
+        out = self.schema.num_classes
+        return HeteroGNN(self.schema, cfg.model, cfg.hidden, out, len(self.fanouts), cfg.dropout,
+                         featureless=cfg.featureless, bases=cfg.bases, relation_aggr=cfg.relation_aggr).to(self.device)
+
+    # -- the data --------------------------------------------------------------------------------------------
+
+    def open(self, model: HeteroGNN | None = None) -> "HeteroLoader":
+        """Locks the workdir, samples epoch 0 and plans from it (`model`'s parameters counted: the run's, or one
+        made for its size), packs nothing yet. Once; returns the loader."""
+        if self._lock is not None:
+            return self
+        cfg = self.cfg
+        model = model or self.new_model()
+        self._lock = hold_workdir(self.workdir)
+        save(cfg, self.workdir / "config.yaml")
+        s = self.schema
+        self.say(f"plan: heterogeneous {self.ds.path.name}: " + ", ".join(
+            f"{t.name} {t.count:,}" + (f" ({t.feature_dim}-d)" if t.feature_dim else f" ({cfg.featureless})")
+            for t in s.types) + f"; {len(s.relations)} relations, {self.ds.num_edges:,} edges; target {s.target}, "
+            f"{s.num_classes} classes{' (multi-label)' if s.multilabel else ''}; {cfg.model} x {len(self.fanouts)} "
+            f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
+        self.epochs = OfflineEpochs(self.ds, self.workdir / "epochs", self._spec())
+        self.epochs.sample_first()  # what epoch 0 trains on
+        self._plan(model, self.epochs.samples0)
+        self.epochs.follow(self._spec())  # the packer's share of the budget, as planned
         return self
 
-    def epoch(self, epoch: int, start: int = 0):
-        """Epoch `epoch`'s batches from batch `start` on, as MiniBatches on the run's device."""
-        self.open()
-        if self._epoch is not None:
-            self.run.finished(self._epoch)
-        self._epoch, self._files = epoch, self.run.epoch_file(epoch)
-        self.run.prepare_next(epoch + 1)
-        return self.run.passes(self._files, start)
-
-    def evaluation(self, split: str):
-        self.open()
-        return self.run.eval_pass(split)
+    def _spec(self) -> EpochSpec:
+        cfg = self.cfg
+        return EpochSpec(tuple(tuple(hop) for hop in self.fanouts), cfg.batch_size, cfg.seed, self.pack_memory,
+                         self.features.sources, threads=self.threads, max_batches=cfg.max_batches)
 
     @property
-    def plan(self) -> dict:
-        return self.run.plan
+    def offline(self) -> dict:
+        """The offline work's seconds and bytes so far."""
+        return {"sample_s": self.epochs.sample_s, "pack_s": self.epochs.pack_s,
+                "pack_bytes_written": int(self.epochs.phases["pack_bytes_written"])}
+
+    def _plan(self, model: HeteroGNN, epoch0: SampleFile) -> None:
+        cfg, s = self.cfg, self.schema
+        base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device.type == "cuda" else 0)
+        params = sum(p.numel() * p.element_size() for p in model.parameters())
+        model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
+        table_types = {t.name for t in self.tables.types}
+        counts = {t.name: np.zeros(t.count, np.int32) for t in s.types if t.feature_dim or t.name in table_types}
+        table_rows = dict.fromkeys(table_types, 0)
+        rows_max = step_max = 0
+        for b in range(len(epoch0)):
+            batch = epoch0[b]
+            rows = step = 0
+            for t, ty in enumerate(s.types):
+                ids = batch.type_nodes[t]
+                if ty.name in counts:
+                    counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
+                if ty.feature_dim:
+                    rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32
+                elif ty.name in table_types:
+                    table_rows[ty.name] = max(table_rows[ty.name], ids.size)
+                    rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
+                step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
+            # its block tensors
+            rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop if blk is not None)
+            rows_max, step_max = max(rows_max, rows), max(step_max, step)
+        # the batches in flight hold their rows and blocks; one step at a time holds its activations
+        working = rows_max * (defaults.READ_DEPTH + 2) + step_max
+        reads = {name: int(c.sum()) for name, c in counts.items()}
+        feature_reads = [n for t, n in reads.items() if t not in table_types]
+        # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
+        plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(feature_reads, default=0) * defaults.DISK_HEADROOM
+        tables = self.tables.memory(table_rows)
+        left = self.budget - base - model_bytes - self.labels.nbytes - working - int(plan_rows) - tables
+        self.pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
+        left -= self.pack_memory if feature_reads else 0
+        if left < 0:
+            raise DiskgnnError(f"--memory-budget {cfg.memory_budget}: the run needs about "
+                               f"{format_size(self.budget - left)} (base {format_size(base)}, model and optimizer "
+                               f"{format_size(model_bytes)}, working set {format_size(working)}: "
+                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight; the packer "
+                               f"{format_size(self.pack_memory + plan_rows)}"
+                               + (f"; the tables {format_size(tables)}" if tables else "") + "): raise it, or lower "
+                               "--batch-size or --fanouts" + (", or learn featureless types' rows out of core "
+                                                              "(--featureless table) or hash them (hashed)"
+                                                              if cfg.featureless == "learned" and
+                                                              any(not t.feature_dim for t in s.types) else ""))
+        tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
+        costs = {name: src.row_bytes + 8 for name, src in self.features.sources.items()}  # a row and its id
+        costs.update(self.tables.held_row_bytes())
+        chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
+        self.features.place(self.epochs.place_held(chosen))
+        self.hot = {name: ids for name, ids in chosen.items() if name in table_types}
+        placed = {name: int(ids.size) for name, ids in chosen.items()}
+        hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
+        pack_bytes = sum((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0)
+                         for t in s.types if t.feature_dim)
+        copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")), cfg.batch_size,
+                             streamed=False)
+        disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM) + self.tables.disk()
+        free = shutil.disk_usage(self.workdir).free + self._held_on_disk()
+        if disk > free:
+            raise DiskgnnError(f"{self.workdir}: needs ~{format_size(disk)} of disk for samples and packs "
+                               f"({copies:.2f} epochs' at once) and tables, {format_size(free)} free (use --workdir "
+                               "elsewhere, raise --host-cache or --memory-budget, or lower --eval-max-batches)")
+        self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
+                     "working_set_bytes": working, "pack_memory_bytes": self.pack_memory + int(plan_rows),
+                     "table_memory_bytes": tables, "host_tier_bytes": self.features.held_bytes() + sum(
+                         ids.size * self.tables.held_row_bytes()[n] for n, ids in self.hot.items()),
+                     "host_tier_rows": placed,
+                     "expected_hit_rate": {n: hits.get(n, 0) / max(1, reads[n]) for n in reads},
+                     "packs_bytes_per_epoch": pack_bytes, "disk_needed": disk, "disk_free": free,
+                     "backend": self.features.backend_name}
+        self.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and optimizer "
+                 f"{format_size(model_bytes)}, working set {format_size(working)}, host tier "
+                 f"{format_size(self.plan['host_tier_bytes'])} ("
+                 + ", ".join(f"{n}{' table' if n in table_types else ''} {placed.get(n, 0):,} rows, "
+                             f"{hits.get(n, 0) / max(1, reads[n]):.0%} of epoch 0's reads" for n in reads)
+                 + f"), packer {format_size(self.pack_memory + plan_rows)}"
+                 + (f", tables {format_size(tables)} besides their hot rows" if tables else "") + "; disk "
+                 f"{format_size(disk)} at once ({format_size(pack_bytes)} of packs an epoch), {format_size(free)} "
+                 f"free; reader {self.features.backend_name}")
+
+    def _held_on_disk(self) -> int:
+        """Bytes of earlier runs' epoch and eval files in the workdir, which this run replaces."""
+        return sum(f.stat().st_size for d in ("epochs", "eval") if (self.workdir / d).is_dir()
+                   for f in (self.workdir / d).iterdir() if f.is_file() and f != self.epochs.samples0.path)
+
+
+
+    def epoch(self, epoch: int, start: int = 0) -> "TypedPass":
+        """Epoch `epoch`'s batches from `start` on. Epoch e + 1 (up to the `epochs` option) is sampled and packed in
+        the background meanwhile, and the files of the epochs before e are deleted."""
+        self.open()
+        for done in range(epoch):
+            self.epochs.release(done)
+        files = self.epochs.files(epoch)
+        if epoch + 1 < self.cfg.epochs:
+            self.epochs.prefetch(epoch + 1)
+        return TypedPass(self, files, start)
+
+    @property
+    def num_batches(self) -> int:
+        """Train batches per epoch."""
+        return len(self.epochs.samples0)
+
+    def passes(self, files: EpochFiles, start: int = 0):
+        """Batches start.. of `files` as MiniBatches, through the loaders' stages (sample, read, assemble) over each
+        featured type's store; laid out by the CPU target, then moved to the run's device."""
+        store = self.features.store(files.packs)
+        loader = OfflineLoader(files.samples, store, self.labels, defaults.READ_DEPTH, target_for("cpu"))
+        try:
+            with loader.pipeline(np.arange(start, len(files.samples))) as pipeline:
+                for mb in pipeline:
+                    yield mb if self.device.type == "cpu" else self._moved(mb)
+        finally:
+            store.close()
+
+    def _moved(self, mb):
+        mb.x = {name: x.to(self.device, non_blocking=True) for name, x in mb.x.items()}
+        mb.blocks = [[b if b is None else b.to(self.device, non_blocking=True) for b in hop] for hop in mb.blocks]
+        mb.labels = mb.labels.to(self.device, non_blocking=True)
+        return mb
+
+    def evaluation(self, split: str) -> "TypedPass":
+        """The split's batches (sampled and packed once, with the eval fanouts)."""
+        self.open()
+        if split not in self._eval_files:
+            self._eval_files[split] = self.epochs.eval_files(split, np.asarray(self.ds.split(split)),
+                                                             self.eval_fanouts, EVAL_EPOCH[split],
+                                                             max_batches=self.cfg.eval_max_batches)
+        return TypedPass(self, self._eval_files[split], 0)
+
+    def eval_size(self, split: str) -> int:
+        return int(self.ds.split(split).size)
 
     def stats(self) -> dict:
         """Rows asked for, served by the host tier and bytes read, per featured type."""
-        return self.run.features.summary()
+        return self.features.summary()
+
+    def summary(self) -> dict:
+        """The data side of summary.json."""
+        features = self.features.summary()
+        disk = int(sum(st["bytes_read"] for st in features.values()))
+        return {"heterogeneous": True, "plan": self.plan, "features": features, "disk_bytes": disk,
+                "disk_bytes_read": disk, "offline": self.offline, "sample_s": self.epochs.sample_s,
+                "pack_s": self.epochs.pack_s, "bottleneck": None, "memory_budget_bytes": self.budget,
+                "backend": self.plan.get("backend"), "device": str(self.device), "dataset": str(self.ds.path)}
 
     def close(self) -> None:
-        self.run.close()
+        if self.epochs is not None:
+            self.epochs.close()  # waits for the epoch made in the background
+        self.tables.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def __enter__(self) -> "HeteroLoader":
         return self.open()
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class TypedPass:
+    """One pass over an epoch's (or an eval set's) batches from `start` on, as a Loader's Pass is."""
+
+    def __init__(self, loader: HeteroLoader, files: EpochFiles, start: int):
+        self.loader, self.files, self.start = loader, files, start
+
+    def __len__(self) -> int:
+        return len(self.files.samples)
+
+    def __iter__(self):
+        return self.loader.passes(self.files, self.start)
+
+    def stats(self) -> list:
+        return [st for tiers in self.loader.features.stats.values() for st in tiers.values()]
+
+    def disk_bytes(self) -> int:
+        return sum(st["bytes_read"] for st in self.loader.features.summary().values())

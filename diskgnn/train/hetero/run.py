@@ -1,272 +1,100 @@
-"""A training run on a heterogeneous dataset: its checks, its plan, its epochs' sample files and passes, the
-step and the evaluation. The epochs, checkpoints and summary are loop.py's.
-
-The plan splits --memory-budget as the homogeneous one does: the process's base, the model with its optimizer
-state (learned tables of featureless types included), the target type's labels, the working set of the largest
-batch epoch 0 sampled (its raw rows, their float32 copies and the step's activations, times the batches in
-flight), the packer (its buffers and its plan of an epoch's rows), the out-of-core tables' own memory
-(--featureless table, tables.py), and what is left to the host tier (half of it, under --host-cache auto): typed
-feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte. Every epoch, and each eval set
-once, is sampled and then packed per type by offline/epochs.py's OfflineEpochs, as a homogeneous run's are, the
-next epoch in the background while one trains; the plan checks the disk the two epochs' and the eval sets' files
-take at once.
+"""A training run on a heterogeneous dataset: the plain Run (train/run.py) over the typed data side (loader.py),
+so that train/loop.py's epochs, checkpoints (with the world and the dataset), --resume, --val-every and summary
+are one for every graph. What differs is the model's side: RGraphSAGE or R-GCN (nn/hetero.py) over a batch's
+blocks per relation, the featureless types' rows (tables.py), and node classification on the target type with
+micro/macro-F1 (`TypedNodeTask`).
 """
 
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ... import defaults
-from ...data.format import Dataset, open_dataset
-from ...data.schema import relation_fanouts
-from ...errors import DiskgnnError, UsageError
-from ...loading.loaders import OfflineLoader
+from ...distributed.group import Group
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
-from ...offline.batches import SampleFile
-from ...offline.epochs import EpochFiles, EpochSpec, OfflineEpochs
-from ...offline.placement import densest
-from ...store.by_type import TypedRows
-from ...units import format_size, parse_size
-from ...target import target_for
-from ..workdir import hold_workdir
-from ..options import save
-from ..plan import disk_copies
-from ..tasks.base import EVAL_EPOCH
-from .checks import refuse
-from .tables import HeteroTables
+from ..modes import Precision
+from ..run import Run
+from .loader import HeteroLoader
 
 
-def _hop_text(schema, hop) -> str:
-    if len(set(hop)) == 1:
-        return f"{hop[0]} per relation"
-    return ",".join(f"{r.name}={f}" for r, f in zip(schema.relations, hop) if f)
+class TypedNodeTask:
+    """Node classification on the target type: accuracy, or micro-F1 where the labels are multi-label; macro-F1
+    beside it."""
+
+    name = "node"
+
+    def __init__(self, multilabel: bool):
+        self.metric = "micro_f1" if multilabel else "acc"
+        self.scores: dict[str, dict] = {}  # each split's last evaluation, every metric
+
+    def summary(self, run) -> dict:
+        test = self.scores.get("test", {})
+        return {f"test_{k}": v for k, v in test.items() if k not in ("seeds", self.metric)}
+
+    def result_line(self, run, test: float, best: dict) -> str:
+        macro = self.scores.get("test", {}).get("macro_f1", float("nan"))
+        return f"test {self.metric} {test:.4f}, macro-F1 {macro:.4f}, best val {self.metric} {best['val_acc']:.4f}"
 
 
-class HeteroRun:
-    """One run: `open()` locks the workdir, samples epoch 0, makes the plan and fills the host tier."""
+class HeteroRun(Run):
+    """One typed run: the loader's batches, the typed model and its tables, the step and the evaluation."""
 
-    def __init__(self, cfg, log=print):
-        self.cfg, self.log = cfg, log
-        self.ds: Dataset = open_dataset(cfg.data, typed=True)
-        self.schema = schema = self.ds.schema
-        refuse(cfg, self.ds)
-        self.fanouts = relation_fanouts(cfg.fanouts, schema)
-        layers = len(self.fanouts)
-        self.eval_fanouts = ([[-1] * len(schema.relations)] * layers if cfg.evaluation.full else
-                             relation_fanouts(cfg.eval_fanouts or cfg.fanouts, schema, "--eval-fanouts"))
-        if len(self.eval_fanouts) != layers:
-            raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {layers} layers, as --fanouts has")
-        self.device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and
-                                                                         torch.cuda.is_available()) else "cpu")
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise DiskgnnError("--device cuda: no CUDA device is visible to torch")
-        asked = cfg.precision_asked
-        self.bf16 = (asked.bf16 if asked is not None else
-                     (torch.cuda.is_bf16_supported() if self.device.type == "cuda"
-                      else torch.ops.mkldnn._is_mkldnn_bf16_supported()))
-        self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
-        self.labels = np.asarray(self.ds.labels)
-        self.features = TypedRows(self.ds, cfg.backend)
-        self.tables = HeteroTables(cfg, schema, self.workdir)
-        self._hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
-        self.budget = parse_size(cfg.memory_budget, "--memory-budget")
-        self.threads = cfg.threads or None
-        self._lock = None
-        self.epochs: OfflineEpochs | None = None
-        self.plan: dict = {}
-        self.pack_memory = defaults.PACK_MEMORY
-        self._eval_files: dict[str, EpochFiles] = {}  # sampled and packed once, on first use
+    def __init__(self, cfg, group: Group = Group()):
+        self.cfg, self.group = cfg, group
+        self.loader = HeteroLoader(config=cfg)
+        self._model = self.loader.new_model()  # planned with (its parameters), then trained
+        self.loader.open(self._model)
+        self.device, self.schema, self.tables = self.loader.device, self.loader.schema, self.loader.tables
+        self.precision = Precision.BF16 if self.loader.bf16 else Precision.FP32
+        self.task = TypedNodeTask(self.schema.multilabel)
+        self.exchange_bytes = 0
+        self.embeddings = None
+        self.graphed = None
+        self.step_stats = {"line": "eager (a typed run's step is not captured)"}
 
-    def say(self, line: str) -> None:
-        if self.log is not None:
-            self.log(line)
+    def model_and_optimizer(self):
+        model = self._model
+        return model, torch.optim.Adam(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
-    def model(self) -> HeteroGNN:
-        cfg = self.cfg
-        torch.manual_seed(cfg.seed)
-        out = self.schema.num_classes
-        return HeteroGNN(self.schema, cfg.model, cfg.hidden, out, len(self.fanouts), cfg.dropout,
-                         featureless=cfg.featureless, bases=cfg.bases, relation_aggr=cfg.relation_aggr).to(self.device)
-
-    # -- the data --------------------------------------------------------------------------------------------
-
-    def open(self, model: HeteroGNN) -> "HeteroRun":
-        cfg = self.cfg
-        self._lock = hold_workdir(self.workdir)
-        save(cfg, self.workdir / "config.yaml")
-        s = self.schema
-        self.say(f"plan: heterogeneous {self.ds.path.name}: " + ", ".join(
-            f"{t.name} {t.count:,}" + (f" ({t.feature_dim}-d)" if t.feature_dim else f" ({cfg.featureless})")
-            for t in s.types) + f"; {len(s.relations)} relations, {self.ds.num_edges:,} edges; target {s.target}, "
-            f"{s.num_classes} classes{' (multi-label)' if s.multilabel else ''}; {cfg.model} x {len(self.fanouts)} "
-            f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
-        self.epochs = OfflineEpochs(self.ds, self.workdir / "epochs", self._spec())
-        self.epochs.sample_first()  # what epoch 0 trains on
-        self._plan(model, self.epochs.samples0)
-        self.epochs.follow(self._spec())  # the packer's share of the budget, as planned
-        return self
-
-    def _spec(self) -> EpochSpec:
-        cfg = self.cfg
-        return EpochSpec(tuple(tuple(hop) for hop in self.fanouts), cfg.batch_size, cfg.seed, self.pack_memory,
-                         self.features.sources, threads=self.threads, max_batches=cfg.max_batches)
+    def open_embeddings(self, resumed: dict | None) -> None:
+        """--featureless table: the tables, new or rolled back to the checkpoint's (`resumed`), hot rows placed."""
+        back = self.tables.open(resumed, self.loader.hot)
+        if back:
+            self.loader.say(f"plan: --resume: {back:,} table rows rolled back to the checkpoint from the undo "
+                            "journals")
 
     @property
-    def offline(self) -> dict:
-        """The offline work's seconds and bytes so far."""
-        return {"sample_s": self.epochs.sample_s, "pack_s": self.epochs.pack_s,
-                "pack_bytes_written": int(self.epochs.phases["pack_bytes_written"])}
+    def has_tables(self) -> bool:
+        return bool(self.tables)
 
-    def _plan(self, model: HeteroGNN, epoch0: SampleFile) -> None:
-        cfg, s = self.cfg, self.schema
-        base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device.type == "cuda" else 0)
-        params = sum(p.numel() * p.element_size() for p in model.parameters())
-        model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
-        table_types = {t.name for t in self.tables.types}
-        counts = {t.name: np.zeros(t.count, np.int32) for t in s.types if t.feature_dim or t.name in table_types}
-        table_rows = dict.fromkeys(table_types, 0)
-        rows_max = step_max = 0
-        for b in range(len(epoch0)):
-            batch = epoch0[b]
-            rows = step = 0
-            for t, ty in enumerate(s.types):
-                ids = batch.type_nodes[t]
-                if ty.name in counts:
-                    counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
-                if ty.feature_dim:
-                    rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32
-                elif ty.name in table_types:
-                    table_rows[ty.name] = max(table_rows[ty.name], ids.size)
-                    rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
-                step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
-            # its block tensors
-            rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop if blk is not None)
-            rows_max, step_max = max(rows_max, rows), max(step_max, step)
-        # the batches in flight hold their rows and blocks; one step at a time holds its activations
-        working = rows_max * (defaults.READ_DEPTH + 2) + step_max
-        reads = {name: int(c.sum()) for name, c in counts.items()}
-        feature_reads = [n for t, n in reads.items() if t not in table_types]
-        # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
-        plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(feature_reads, default=0) * defaults.DISK_HEADROOM
-        tables = self.tables.memory(table_rows)
-        left = self.budget - base - model_bytes - self.labels.nbytes - working - int(plan_rows) - tables
-        self.pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
-        left -= self.pack_memory if feature_reads else 0
-        if left < 0:
-            raise DiskgnnError(f"--memory-budget {cfg.memory_budget}: the run needs about "
-                               f"{format_size(self.budget - left)} (base {format_size(base)}, model and optimizer "
-                               f"{format_size(model_bytes)}, working set {format_size(working)}: "
-                               f"{defaults.READ_DEPTH + 2} batches of epoch 0's largest in flight; the packer "
-                               f"{format_size(self.pack_memory + plan_rows)}"
-                               + (f"; the tables {format_size(tables)}" if tables else "") + "): raise it, or lower "
-                               "--batch-size or --fanouts" + (", or learn featureless types' rows out of core "
-                                                              "(--featureless table) or hash them (hashed)"
-                                                              if cfg.featureless == "learned" and
-                                                              any(not t.feature_dim for t in s.types) else ""))
-        tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
-        costs = {name: src.row_bytes + 8 for name, src in self.features.sources.items()}  # a row and its id
-        costs.update(self.tables.held_row_bytes())
-        chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
-        self.features.place(self.epochs.place_held(chosen))
-        self._hot = {name: ids for name, ids in chosen.items() if name in table_types}
-        placed = {name: int(ids.size) for name, ids in chosen.items()}
-        hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
-        pack_bytes = sum((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0)
-                         for t in s.types if t.feature_dim)
-        copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")), cfg.batch_size,
-                             streamed=False)
-        disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM) + self.tables.disk()
-        free = shutil.disk_usage(self.workdir).free + self._held_on_disk()
-        if disk > free:
-            raise DiskgnnError(f"{self.workdir}: needs ~{format_size(disk)} of disk for samples and packs "
-                               f"({copies:.2f} epochs' at once) and tables, {format_size(free)} free (use --workdir "
-                               "elsewhere, raise --host-cache or --memory-budget, or lower --eval-max-batches)")
-        self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
-                     "working_set_bytes": working, "pack_memory_bytes": self.pack_memory + int(plan_rows),
-                     "table_memory_bytes": tables, "host_tier_bytes": self.features.held_bytes() + sum(
-                         ids.size * self.tables.held_row_bytes()[n] for n, ids in self._hot.items()),
-                     "host_tier_rows": placed,
-                     "expected_hit_rate": {n: hits.get(n, 0) / max(1, reads[n]) for n in reads},
-                     "packs_bytes_per_epoch": pack_bytes, "disk_needed": disk, "disk_free": free,
-                     "backend": self.features.backend_name}
-        self.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and optimizer "
-                 f"{format_size(model_bytes)}, working set {format_size(working)}, host tier "
-                 f"{format_size(self.plan['host_tier_bytes'])} ("
-                 + ", ".join(f"{n}{' table' if n in table_types else ''} {placed.get(n, 0):,} rows, "
-                             f"{hits.get(n, 0) / max(1, reads[n]):.0%} of epoch 0's reads" for n in reads)
-                 + f"), packer {format_size(self.pack_memory + plan_rows)}"
-                 + (f", tables {format_size(tables)} besides their hot rows" if tables else "") + "; disk "
-                 f"{format_size(disk)} at once ({format_size(pack_bytes)} of packs an epoch), {format_size(free)} "
-                 f"free; reader {self.features.backend_name}")
+    def flush_tables(self) -> dict | None:
+        return self.tables.flush() if self.tables else None
 
-    def _held_on_disk(self) -> int:
-        """Bytes of earlier runs' epoch and eval files in the workdir, which this run replaces."""
-        return sum(f.stat().st_size for d in ("epochs", "eval") if (self.workdir / d).is_dir()
-                   for f in (self.workdir / d).iterdir() if f.is_file() and f != self.epochs.samples0.path)
+    def tables_committed(self) -> None:
+        if self.tables:
+            self.tables.committed()
 
-    def epoch_file(self, epoch: int) -> EpochFiles:
-        """Epoch `epoch`'s samples and packs: made in the background while the one before trained, else now."""
-        return self.epochs.files(epoch)
+    def tables_at_best(self) -> dict:
+        return {}
 
-    def prepare_next(self, epoch: int) -> None:
-        """Starts sampling and packing `epoch` in the background (while the one before trains)."""
-        if epoch < self.cfg.epochs:
-            self.epochs.prefetch(epoch)
+    def tables_summary(self) -> dict:
+        return {"embeddings": self._table_stats} if self.tables else {}
 
-    def finished(self, epoch: int) -> None:
-        """Deletes a trained epoch's files: at most two epochs' are on disk at once."""
-        self.epochs.release(epoch)
+    def close_tables(self) -> None:
+        self._table_stats = self.tables.stats()  # the summary's, made after the tables are closed
+        self.tables.close()
 
-    def passes(self, files: EpochFiles, start: int = 0):
-        """Batches start.. of `files` as MiniBatches, through the loaders' stages (sample, read, assemble) over each
-        featured type's store; laid out by the CPU target, then moved to the run's device."""
-        store = self.features.store(files.packs)
-        loader = OfflineLoader(files.samples, store, self.labels, defaults.READ_DEPTH, target_for("cpu"))
-        try:
-            with loader.pipeline(np.arange(start, len(files.samples))) as pipeline:
-                for mb in pipeline:
-                    yield mb if self.device.type == "cpu" else self._moved(mb)
-        finally:
-            store.close()
-
-    def _moved(self, mb):
-        mb.x = {name: x.to(self.device, non_blocking=True) for name, x in mb.x.items()}
-        mb.blocks = [[b if b is None else b.to(self.device, non_blocking=True) for b in hop] for hop in mb.blocks]
-        mb.labels = mb.labels.to(self.device, non_blocking=True)
-        return mb
+    def autocast(self):
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.precision.bf16)
 
     def targets(self, mb) -> torch.Tensor:
         """The seeds' labels as the loss takes them: classes, or 0/1 rows as floats where multi-label."""
         return mb.labels.float() if self.schema.multilabel else mb.labels
 
-    def eval_file(self, split: str) -> EpochFiles:
-        return self.epochs.eval_files(split, np.asarray(self.ds.split(split)), self.eval_fanouts, EVAL_EPOCH[split],
-                                      max_batches=self.cfg.eval_max_batches)
-
-    def eval_pass(self, split: str):
-        """The split's batches (sampled and packed once, with the eval fanouts)."""
-        if split not in self._eval_files:
-            self._eval_files[split] = self.eval_file(split)
-        return self.passes(self._eval_files[split])
-
-    # -- the model's side ------------------------------------------------------------------------------------
-
-    def autocast(self):
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
-
-    def open_tables(self, resumed: dict | None) -> None:
-        """--featureless table: the tables, new or rolled back to the checkpoint's (`resumed`), hot rows placed."""
-        back = self.tables.open(resumed, self._hot)
-        if back:
-            self.say(f"plan: --resume: {back:,} table rows rolled back to the checkpoint from the undo journals")
-
-    def train_step(self, model: HeteroGNN, mb) -> torch.Tensor:
-        """One batch's forward and backward (the tables' rows stepped after it); returns the loss."""
+    def train_step(self, model, optimizer, mb) -> tuple[torch.Tensor, int, int]:
+        """One batch's forward and backward, the tables' rows stepped after it, and the optimizer's step."""
+        optimizer.zero_grad(set_to_none=True)
         x, trained = self.tables.inputs(mb.x, mb.nodes, self.device, True)
         with self.autocast():
             out = model(mb.hops, x, mb.nodes).float()
@@ -274,23 +102,20 @@ class HeteroRun:
                 else F.cross_entropy(out, mb.labels))
         loss.backward()
         self.tables.step(mb.nodes, trained)
-        return loss
-
-    @property
-    def metric(self) -> str:
-        return "micro_f1" if self.schema.multilabel else "acc"
+        optimizer.step()
+        return loss, 0, mb.num_seeds
 
     @torch.no_grad()
-    def evaluate(self, model: HeteroGNN, split: str) -> dict:
-        """{acc or micro_f1, macro_f1, micro_f1} over the split (sampled with --eval-fanouts, or every neighbour
-        under --eval full); empty where the split is or evaluation is off."""
-        if self.cfg.evaluation.off or self.ds.split(split).size == 0:
-            return {}
+    def evaluate(self, model: HeteroGNN, split: str) -> float:
+        """The task's metric over the split (sampled with --eval-fanouts, or every neighbour under --eval full);
+        every metric kept in the task's `scores`. nan where the split is empty or evaluation is off."""
+        if self.cfg.evaluation.off or self.loader.eval_size(split) == 0:
+            return float("nan")
         model.eval()
         c = self.schema.num_classes
         tp, fp, fn = np.zeros(c, np.int64), np.zeros(c, np.int64), np.zeros(c, np.int64)
         correct = total = 0
-        for mb in self.eval_pass(split):
+        for mb in self.loader.evaluation(split):
             x, _ = self.tables.inputs(mb.x, mb.nodes, self.device, False)
             with self.autocast():
                 out = model(mb.hops, x, mb.nodes).float()
@@ -303,12 +128,5 @@ class HeteroRun:
         scores = {"micro_f1": micro, "macro_f1": macro, "seeds": total}
         if not self.schema.multilabel:
             scores["acc"] = correct / max(1, total)
-        return scores
-
-    def close(self) -> None:
-        if self.epochs is not None:
-            self.epochs.close()  # waits for the epoch made in the background
-        self.tables.close()
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
+        self.task.scores[split] = scores
+        return scores[self.task.metric]
