@@ -191,16 +191,18 @@ class OnlineLoader(_Loader):
 
     def __init__(self, dataset, seeds: np.ndarray, *, fanouts, batch_size: int, seed: int, epoch: int,
                  labels: np.ndarray, target, read_depth: int, backend: str, graph=None,
-                 features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR, hag=None, batches=None):
+                 features: FeatureSource | None = None, sampler: Sampler = NEIGHBOR, hag=None, batches=None,
+                 store=None):
         """`batches`: the batches' seeds (a sequence of id arrays) instead of `seeds` shuffled into batches of
-        `batch_size` (the epoch's order; diskgnn.infer's batches are its nodes in their order)."""
+        `batch_size` (the epoch's order; diskgnn.infer's batches are its nodes in their order). `store`: where the
+        rows come from instead of the feature file alone (a typed dataset's: store/by_type.py's, by id)."""
         self.fanouts, self.seed, self.epoch, self.sampler, self.hag = list(fanouts), seed, epoch, sampler, hag
         self.batches = epoch_seeds(seeds, batch_size, seed, sampler.order_epoch(epoch)) if batches is None else batches
         self.labels, self.read_depth, self.target = labels, read_depth, target
         self.graph = graph or open_graph(dataset)
-        self.store = FeatureStore(dataset, None, None, device=target.device, backend=backend, tiers=[],
-                                  features=features or feature_source(dataset), read_depth=read_depth,
-                                  assembly=target.assembly())
+        self.store = store or FeatureStore(dataset, None, None, device=target.device, backend=backend, tiers=[],
+                                           features=features or feature_source(dataset), read_depth=read_depth,
+                                           assembly=target.assembly())
 
     def __len__(self) -> int:
         return len(self.batches)

@@ -128,11 +128,12 @@ class Graph:
                                              self.target if seed_type is None else seed_type, flat, bounds, keys,
                                              [list(f) for f in fanouts], seed, threads)
 
-    def parse(self, rec, index: int, seed_type: int | None = None) -> Batch:
+    def parse(self, rec, index: int, seed_type: int | None = None, fanouts=None) -> Batch:
+        """A record as a Batch; a typed one's relations that `fanouts` does not follow at a hop have no block."""
         if not self.typed:
             return parse_record(rec, index)
         return parse_typed_record(rec, index, self.relations, self.target if seed_type is None else seed_type,
-                                  [t.name for t in self.schema.types])
+                                  [t.name for t in self.schema.types], fanouts)
 
     def index_meta(self, seed_type: int | None = None) -> dict:
         """What a sample file's index says of its records' layout (batches.py)."""
@@ -174,7 +175,7 @@ def sample_batch(graph: Graph, seeds: np.ndarray, *, key: int, fanouts, seed: in
                  sampler: Sampler = NEIGHBOR, seed_type: int | None = None) -> Batch:
     """One batch sampled now (online), identical to the record sample_epoch writes under the same key."""
     rec = graph.records([np.asarray(seeds, np.int64)], [key], fanouts, seed, threads, sampler, seed_type)[0]
-    return graph.parse(rec, index, seed_type)
+    return graph.parse(rec, index, seed_type, fanouts)
 
 
 def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: int, epoch: int,

@@ -202,11 +202,12 @@ class HeteroSampler(BaseSampler):
         for r, rel in enumerate(s.relations):
             src, dst = [], []
             for hop in b.hops:
-                blk = hop[r]
-                src.append(np.asarray(blk.indices, dtype=np.int64))
-                dst.append(np.repeat(np.arange(blk.num_dst, dtype=np.int64), np.diff(blk.indptr)))
+                blk = hop[r]  # None: a relation this hop does not follow (no edges)
+                src.append(np.asarray([] if blk is None else blk.indices, dtype=np.int64))
+                dst.append(np.empty(0, np.int64) if blk is None else
+                           np.repeat(np.arange(blk.num_dst, dtype=np.int64), np.diff(blk.indptr)))
             row[rel.key], col[rel.key] = torch.from_numpy(np.concatenate(src)), torch.from_numpy(np.concatenate(dst))
-            edges[rel.key] = [int(hop[r].indices.size) for hop in b.hops]
+            edges[rel.key] = [0 if hop[r] is None else int(hop[r].indices.size) for hop in b.hops]
         counts = b.counts
         sampled = {t.name: [int(counts[0, i])] + [int(counts[h, i] - counts[h - 1, i]) for h in range(1, len(counts))]
                    for i, t in enumerate(s.types)}

@@ -26,14 +26,15 @@ def loader(data, ids, fanouts, batch_size, shuffle=False, cache="0"):
                       input_nodes=("paper", torch.as_tensor(np.array(ids))), batch_size=batch_size, shuffle=shuffle)
 
 
-@pytest.mark.parametrize("cache", ["0", "1MiB"])
-def test_batches_are_the_datasets(hds, cache):
+@pytest.mark.parametrize("cache,fanouts", [("0", [3, 2]), ("1MiB", [3, 2]), ("0", ["cites=2,writes=1", "tags=1"])])
+def test_batches_are_the_datasets(hds, cache, fanouts):
+    """Also with counts per relation, a relation a hop does not follow (tags at the seeds' hop) having no edges."""
     from diskgnn.data.format import open_dataset
 
     ds = open_dataset(hds, typed=True)
     ids = np.asarray(ds.split("train"))
     seen = 0
-    for data in loader(hds, ids, [3, 2], 17, cache=cache):
+    for data in loader(hds, ids, fanouts, 17, cache=cache):
         n_id = data["paper"].n_id.numpy()
         bs = data["paper"].batch_size
         assert np.array_equal(n_id[:bs], ids[seen:seen + bs])

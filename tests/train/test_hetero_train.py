@@ -185,6 +185,21 @@ def test_one_loop_validates_inside_epochs_and_keeps_world_and_dataset(hds, tmp_p
     assert Checkpoints(tmp_path / "w" / "checkpoints").load("best")["dataset"] == last["dataset"]
 
 
+def test_online_sampling_trains_as_offline_and_replay_reuses_epoch_0(hds, tmp_path):
+    """--sampling online samples each typed batch as the pass reaches it (its rows by id, no tier placed), with the
+    stream key the offline sampler gives it: the same batches, so the same losses and test accuracy as sampling
+    ahead; --sampling replay trains epoch 0's batches again, in a new order each epoch."""
+    args = ("--epochs", "2", "--fanouts", "cites=3,writes=2/tags=2,cites=2", "--dropout", "0")
+    ahead, _ = train(hds, tmp_path / "ahead", *args)
+    online, _ = train(hds, tmp_path / "online", *args, "--sampling", "online")
+    assert online["train_loss"] == ahead["train_loss"] and online["test_acc"] == ahead["test_acc"]
+    assert online["features"]["paper"]["hits"] == 0 and online["features"]["paper"]["bytes_read"] > 0
+    assert online["offline"]["pack_bytes_written"] == 0
+    replay, _ = train(hds, tmp_path / "replay", *args, "--sampling", "replay")
+    assert replay["train_loss"][0] == ahead["train_loss"][0] and replay["train_loss"][1] != ahead["train_loss"][1]
+    assert not list((tmp_path / "replay" / "epochs").glob("epoch-00001*"))  # epoch 1 is epoch 0's files
+
+
 @pytest.mark.parametrize("flags,match", [
     (["--sampler", "labor"], "--sampler labor: heterogeneous graphs sample"),
     (["--hag", "on"], "--hag on: HAGs"),

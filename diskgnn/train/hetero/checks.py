@@ -5,7 +5,7 @@ from __future__ import annotations
 from ...data.features import RAW_FEATURES
 from ...errors import UsageError
 from ...nn.hetero import HETERO_MODELS
-from ..modes import Distribution, Sampling
+from ..modes import Distribution
 
 
 def refuse(cfg, ds) -> None:
@@ -26,8 +26,6 @@ def refuse(cfg, ds) -> None:
     if cfg.features != RAW_FEATURES:
         raise UsageError(f"--features {cfg.features}: quantized rows per node type are not built; heterogeneous graphs "
                          "train from the stored features")
-    if cfg.sampling_mode is not Sampling.OFFLINE:
-        raise UsageError(f"--sampling {cfg.sampling}: heterogeneous graphs sample offline, an epoch ahead")
     if cfg.embeddings:
         raise UsageError("--embeddings: featureless node types of a heterogeneous graph get theirs from --featureless "
                          "(table: the same store, out of core, per type; learned; hashed)")

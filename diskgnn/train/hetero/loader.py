@@ -36,11 +36,12 @@ from ... import defaults
 from ...data.format import Dataset, open_dataset
 from ...data.schema import relation_fanouts
 from ...errors import DiskgnnError, UsageError
-from ...loading.loaders import OfflineLoader
+from ...loading.loaders import OfflineLoader, OnlineLoader
 from ...nn.hetero import HeteroGNN
 from ...offline.batches import SampleFile
 from ...offline.epochs import EpochFiles, EpochSpec, OfflineEpochs
 from ...offline.placement import densest
+from ...offline.sample import open_graph
 from ...store.by_type import TypedRows
 from ...target import target_for
 from ...units import format_size, parse_size
@@ -95,6 +96,7 @@ class HeteroLoader:
         self.pack_memory = defaults.PACK_MEMORY
         self._eval_files: dict[str, EpochFiles] = {}  # sampled and packed once, on first use
         self.accounting: dict = {}  # what a checkpoint keeps of the data side (the tiers' counters are per type)
+        self._graph = None  # the relations mapped for online sampling, at its first pass
 
     def say(self, line: str) -> None:
         if self.log is not None:
@@ -134,7 +136,8 @@ class HeteroLoader:
     def _spec(self) -> EpochSpec:
         cfg = self.cfg
         return EpochSpec(tuple(tuple(hop) for hop in self.fanouts), cfg.batch_size, cfg.seed, self.pack_memory,
-                         self.features.sources, threads=self.threads, max_batches=cfg.max_batches)
+                         self.features.sources, replay=cfg.sampling_mode.replay, threads=self.threads,
+                         max_batches=cfg.max_batches)
 
     @property
     def offline(self) -> dict:
@@ -189,6 +192,8 @@ class HeteroLoader:
                                                               if cfg.featureless == "learned" and
                                                               any(not t.feature_dim for t in s.types) else ""))
         tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
+        if cfg.sampling_mode.online:
+            tier = 0  # the baseline: no rows placed from a known future, every one read by id
         costs = {name: src.row_bytes + 8 for name, src in self.features.sources.items()}  # a row and its id
         costs.update(self.tables.held_row_bytes())
         chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
@@ -229,31 +234,50 @@ class HeteroLoader:
         return sum(f.stat().st_size for d in ("epochs", "eval") if (self.workdir / d).is_dir()
                    for f in (self.workdir / d).iterdir() if f.is_file() and f != self.epochs.samples0.path)
 
-
-
     def epoch(self, epoch: int, start: int = 0) -> "TypedPass":
-        """Epoch `epoch`'s batches from `start` on. Epoch e + 1 (up to the `epochs` option) is sampled and packed in
-        the background meanwhile, and the files of the epochs before e are deleted."""
+        """Epoch `epoch`'s batches from `start` on, in training order. Sampling ahead, epoch e + 1 (up to the
+        `epochs` option) is sampled and packed in the background meanwhile, and the files of the epochs before e
+        are deleted; online, each batch is sampled as the pass reaches it (the batches sampling ahead makes)."""
         self.open()
+        cfg = self.cfg
+        if cfg.sampling_mode.online:
+            return self._online(self.ds.split("train"), self.fanouts, epoch, cfg.max_batches, start)
         for done in range(epoch):
             self.epochs.release(done)
         files = self.epochs.files(epoch)
-        if epoch + 1 < self.cfg.epochs:
+        if epoch + 1 < cfg.epochs:
             self.epochs.prefetch(epoch + 1)
-        return TypedPass(self, files, start)
+        order = self.epochs.order(epoch, len(files.samples))[: cfg.max_batches]
+        return TypedPass(self, self._offline(files), files.packs, order, start)
+
+    def _offline(self, files: EpochFiles):
+        return lambda store: OfflineLoader(files.samples, store, self.labels, defaults.READ_DEPTH, target_for("cpu"))
+
+    def _online(self, seeds, fanouts, epoch: int, max_batches: int | None, start: int = 0) -> "TypedPass":
+        cfg = self.cfg
+        if self._graph is None:
+            self._graph = open_graph(self.ds)
+
+        def source(store):
+            return OnlineLoader(self.ds, seeds, fanouts=fanouts, batch_size=cfg.batch_size, seed=cfg.seed,
+                                epoch=epoch, labels=self.labels, target=target_for("cpu"),
+                                read_depth=defaults.READ_DEPTH, backend=cfg.backend, graph=self._graph, store=store)
+
+        batches = -(-int(np.asarray(seeds).size) // cfg.batch_size)
+        return TypedPass(self, source, None, np.arange(batches)[:max_batches], start)
 
     @property
     def num_batches(self) -> int:
         """Train batches per epoch."""
         return len(self.epochs.samples0)
 
-    def passes(self, files: EpochFiles, start: int = 0):
-        """Batches start.. of `files` as MiniBatches, through the loaders' stages (sample, read, assemble) over each
-        featured type's store; laid out by the CPU target, then moved to the run's device."""
-        store = self.features.store(files.packs)
-        loader = OfflineLoader(files.samples, store, self.labels, defaults.READ_DEPTH, target_for("cpu"))
+    def passes(self, source, packs, order):
+        """The batches `order` of a pass as MiniBatches, through the loaders' stages (sample, read, assemble) of
+        `source` (a store -> its loader) over each featured type's store (`packs`: the pass's, or None: rows by
+        id); laid out by the CPU target, then moved to the run's device."""
+        store = self.features.store(packs)
         try:
-            with loader.pipeline(np.arange(start, len(files.samples))) as pipeline:
+            with source(store).pipeline(order) as pipeline:
                 for mb in pipeline:
                     yield mb if self.device.type == "cpu" else self._moved(mb)
         finally:
@@ -266,13 +290,17 @@ class HeteroLoader:
         return mb
 
     def evaluation(self, split: str) -> "TypedPass":
-        """The split's batches (sampled and packed once, with the eval fanouts)."""
+        """The split's batches (with the eval fanouts): sampled and packed once, or online sampled as they come."""
         self.open()
+        cfg = self.cfg
+        if cfg.sampling_mode.online:
+            return self._online(self.ds.split(split), self.eval_fanouts, EVAL_EPOCH[split], cfg.eval_max_batches)
         if split not in self._eval_files:
             self._eval_files[split] = self.epochs.eval_files(split, np.asarray(self.ds.split(split)),
                                                              self.eval_fanouts, EVAL_EPOCH[split],
-                                                             max_batches=self.cfg.eval_max_batches)
-        return TypedPass(self, self._eval_files[split], 0)
+                                                             max_batches=cfg.eval_max_batches)
+        files = self._eval_files[split]
+        return TypedPass(self, self._offline(files), files.packs, np.arange(len(files.samples)), 0)
 
     def eval_size(self, split: str) -> int:
         return int(self.ds.split(split).size)
@@ -306,16 +334,16 @@ class HeteroLoader:
 
 
 class TypedPass:
-    """One pass over an epoch's (or an eval set's) batches from `start` on, as a Loader's Pass is."""
+    """One pass over an epoch's (or an eval set's) batches `order` from position `start` on, as a Loader's Pass."""
 
-    def __init__(self, loader: HeteroLoader, files: EpochFiles, start: int):
-        self.loader, self.files, self.start = loader, files, start
+    def __init__(self, loader: HeteroLoader, source, packs, order: np.ndarray, start: int):
+        self.loader, self.source, self.packs, self.order, self.start = loader, source, packs, order, start
 
     def __len__(self) -> int:
-        return len(self.files.samples)
+        return len(self.order)
 
     def __iter__(self):
-        return self.loader.passes(self.files, self.start)
+        return self.loader.passes(self.source, self.packs, self.order[self.start:])
 
     def stats(self) -> list:
         return [st for tiers in self.loader.features.stats.values() for st in tiers.values()]
