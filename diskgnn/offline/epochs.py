@@ -194,12 +194,14 @@ class OfflineEpochs:
         each node (`counts0`, what placement ranks rows by) and how many input rows each reads: returns the most."""
         self._samples0 = self.sample(0)
         start = time.perf_counter()
-        if self.typed:
-            types = self.dataset.schema.types
-            self.counts0 = {ty.name: access_counts([TypeView(self._samples0, t)], ty.count)
-                            for t, ty in enumerate(types) if ty.name in self.source}
-            sizes = [sum(batch.type_nodes[t].size for t, ty in enumerate(types) if ty.name in self.source)
-                     for batch in self._samples0]
+        if self.typed:  # one pass over epoch 0: every featured type's reads, each batch's rows
+            featured = [(t, ty) for t, ty in enumerate(self.dataset.schema.types) if ty.name in self.source]
+            self.counts0 = {ty.name: np.zeros(ty.count, np.int32) for _, ty in featured}
+            sizes = []
+            for batch in self._samples0:
+                for t, ty in featured:
+                    self.counts0[ty.name][batch.type_nodes[t]] += 1  # a batch's nodes of a type are distinct
+                sizes.append(sum(batch.type_nodes[t].size for t, _ in featured))
             self._input_rows0 = int(sum(sizes))
             self.phases["placement_s"] += time.perf_counter() - start
             return int(max(sizes, default=0))

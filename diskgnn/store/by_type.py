@@ -34,7 +34,10 @@ class TypedRows:
         self.sources = {t.name: feature_source(dataset, node_type=t.name) for t in dataset.schema.types
                         if t.feature_dim}
         self.stats: dict[str, dict[str, TierStats]] = {name: {} for name in self.sources}
-        self.place({name: held_placement(src.num_rows, np.empty(0, np.int64)) for name, src in self.sources.items()})
+        # no rows held until placed: nothing to load
+        self.placements = {name: held_placement(src.num_rows, np.empty(0, np.int64))
+                           for name, src in self.sources.items()}
+        self.tiers = {name: [] for name in self.sources}
 
     def place(self, placements: dict[str, Placement]) -> None:
         """Fills each type's memory tier with the rows its placement holds (placement.held_placement)."""

@@ -46,7 +46,7 @@ from ...store.by_type import TypedRows
 from ...target import target_for
 from ...units import format_size, parse_size
 from ..options import from_options, save
-from ..plan import disk_copies
+from ..plan import disk_copies, resolve_device, resolve_precision
 from ..tasks.base import EVAL_EPOCH
 from ..workdir import hold_workdir
 from .checks import refuse
@@ -75,14 +75,8 @@ class HeteroLoader:
                              relation_fanouts(cfg.eval_fanouts or cfg.fanouts, schema, "--eval-fanouts"))
         if len(self.eval_fanouts) != layers:
             raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {layers} layers, as --fanouts has")
-        self.device = torch.device("cuda" if cfg.device == "cuda" or (cfg.device == "auto" and
-                                                                         torch.cuda.is_available()) else "cpu")
-        if self.device.type == "cuda" and not torch.cuda.is_available():
-            raise DiskgnnError("--device cuda: no CUDA device is visible to torch")
-        asked = cfg.precision_asked
-        self.bf16 = (asked.bf16 if asked is not None else
-                     (torch.cuda.is_bf16_supported() if self.device.type == "cuda"
-                      else torch.ops.mkldnn._is_mkldnn_bf16_supported()))
+        device = resolve_device(cfg.device)  # as a plain run's plan resolves them
+        self.device, self.precision = torch.device(device), resolve_precision(cfg, device)
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
         self.labels = np.asarray(self.ds.labels)
         self.features = TypedRows(self.ds, cfg.backend)
@@ -151,7 +145,8 @@ class HeteroLoader:
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         model_bytes = params * (4 if self.device.type == "cpu" else 0)  # weights, gradients, Adam's two moments
         table_types = {t.name for t in self.tables.types}
-        counts = {t.name: np.zeros(t.count, np.int32) for t in s.types if t.feature_dim or t.name in table_types}
+        # epoch 0's reads per row: the featured types' as the offline epochs counted them, the tables' here
+        counts = {**self.epochs.counts0, **{t: np.zeros(s.type(t).count, np.int32) for t in table_types}}
         table_rows = dict.fromkeys(table_types, 0)
         rows_max = step_max = 0
         for b in range(len(epoch0)):
@@ -159,7 +154,7 @@ class HeteroLoader:
             rows = step = 0
             for t, ty in enumerate(s.types):
                 ids = batch.type_nodes[t]
-                if ty.name in counts:
+                if ty.name in table_types:
                     counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
                 if ty.feature_dim:
                     rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32

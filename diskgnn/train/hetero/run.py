@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from ...distributed.group import Group
 from ...nn.hetero import HeteroGNN, class_counts, f1_scores
-from ..modes import Precision
 from ..run import Run
 from .loader import HeteroLoader
 
@@ -46,7 +45,7 @@ class HeteroRun(Run):
         self._model = self.loader.new_model()  # planned with (its parameters), then trained
         self.loader.open(self._model)
         self.device, self.schema, self.tables = self.loader.device, self.loader.schema, self.loader.tables
-        self.precision = Precision.BF16 if self.loader.bf16 else Precision.FP32
+        self.precision = self.loader.precision
         self.task = TypedNodeTask(self.schema.multilabel)
         self.exchange_bytes = 0
         self.embeddings = None
