@@ -444,11 +444,12 @@ PYBIND11_MODULE(_native, m) {
       "(source, destination).");
   m.def(
       "sample_hetero_batches",
-      [](const std::vector<const diskgnn::CscView*>& graphs, const std::vector<int>& src_types,
-         const std::vector<int>& dst_types, int num_types, int target_type,
-         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
-         const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
-         const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed, int num_threads) {
+      [sampling](const std::vector<const diskgnn::CscView*>& graphs, const std::vector<int>& src_types,
+                 const std::vector<int>& dst_types, int num_types, int target_type,
+                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
+                 const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
+                 const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed, int num_threads, bool labor,
+                 bool layer_dependency, uint64_t batch_dependency) {
         if (batch_offsets.empty() || batch_offsets.front() != 0 || batch_offsets.back() != seeds.size()) {
           throw std::invalid_argument("batch_offsets must run from 0 to len(seeds)");
         }
@@ -457,11 +458,12 @@ PYBIND11_MODULE(_native, m) {
         }
         std::vector<diskgnn::HeteroRelation> rels;
         for (size_t r = 0; r < graphs.size(); ++r) rels.push_back({graphs[r], src_types[r], dst_types[r]});
+        const diskgnn::sampling_options o = sampling({}, seed, labor, layer_dependency, batch_dependency);
         std::vector<diskgnn::SampleRecord> records;
         {
           py::gil_scoped_release release;
           records = diskgnn::sample_hetero_batches(rels, num_types, target_type, seeds.data(), batch_offsets,
-                                                   batch_keys, fanouts, seed, num_threads);
+                                                   batch_keys, fanouts, o, num_threads);
         }
         py::list out;
         for (auto& r : records) out.append(py::bytes(reinterpret_cast<const char*>(r.bytes.data()), r.bytes.size()));
@@ -469,19 +471,22 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("graphs"), py::arg("src_types"), py::arg("dst_types"), py::arg("num_types"), py::arg("target_type"),
       py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"), py::arg("seed"),
-      py::arg("num_threads"),
-      "Samples batches of target-type seeds over typed relations (fanouts[hop][relation]; -1 all, 0 none); one "
-      "record (bytes) per batch, layout in sampler.h.");
+      py::arg("num_threads"), py::arg("labor") = false, py::arg("layer_dependency") = false,
+      py::arg("batch_dependency") = 1,
+      "Samples batches of target-type seeds over typed relations (fanouts[hop][relation]; -1 all, 0 none), "
+      "node-wise uniform or LABOR-0 per relation; one record (bytes) per batch, layout in sampler.h.");
   m.def(
       "labor_variates",
       [sampling](uint64_t seed, bool layer_dependency, uint64_t batch_dependency, uint64_t step, size_t hop,
-                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids) {
+                 const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& ids, int node_type) {
         const diskgnn::sampling_options o = sampling({}, seed, true, layer_dependency, batch_dependency);
-        std::vector<double> r = diskgnn::labor_variates(o, step, hop, ids.data(), static_cast<size_t>(ids.size()));
+        std::vector<double> r =
+            diskgnn::labor_variates(o, step, hop, ids.data(), static_cast<size_t>(ids.size()), node_type);
         return py::array_t<double>(static_cast<py::ssize_t>(r.size()), r.data());
       },
       py::arg("seed"), py::arg("layer_dependency"), py::arg("batch_dependency"), py::arg("step"), py::arg("hop"),
-      py::arg("ids"), "LABOR's variates r_t of `ids` at a step and hop (uniform in (0, 1)).");
+      py::arg("ids"), py::arg("node_type") = 0,
+      "LABOR's variates r_t of `ids` (of a typed graph's `node_type`) at a step and hop (uniform in (0, 1)).");
 
   m.def(
       "pack_regions",

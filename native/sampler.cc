@@ -134,14 +134,15 @@ double normal(uint64_t s, int64_t t) {
 }
 
 // The variates of one hop of one batch: vertex t's key w0 z_t(s0) + w1 z_t(s1), a standard normal for any
-// mix (w0² + w1² = 1), whose order is the order of r_t = Φ(key).
+// mix (w0² + w1² = 1), whose order is the order of r_t = Φ(key). A typed graph's node type is mixed into the
+// seed (type 0 and a plain graph's nodes unsalted), so that each type's local ids have their own variates.
 struct labor_keys {
   uint64_t s0, s1;
   double w0, w1;
 
-  labor_keys(const sampling_options& o, uint64_t step, size_t hop) {
+  labor_keys(const sampling_options& o, uint64_t step, size_t hop, uint64_t node_type = 0) {
     const uint64_t kappa = std::max<uint64_t>(1, o.batch_dependency);
-    uint64_t base = o.seed ^ 0x1ab0ae5eedULL;
+    uint64_t base = o.seed ^ 0x1ab0ae5eedULL ^ (node_type * 0xbf58476d1ce4e5b9ULL);
     if (!o.layer_dependency) base = splitmix64(base) + hop;
     uint64_t x0 = base ^ ((step / kappa) * 0x9e3779b97f4a7c15ULL), x1 = base ^ ((step / kappa + 1) * 0x9e3779b97f4a7c15ULL);
     s0 = splitmix64(x0);
@@ -310,9 +311,11 @@ std::vector<SampleRecord> in_parallel(const std::vector<uint64_t>& batch_keys, i
 }
 
 SampleRecord sample_hetero_one(const std::vector<HeteroRelation>& relations, int num_types, int target_type,
-                               const int64_t* seeds, int64_t n_seeds, Rng rng,
-                               const std::vector<std::vector<int64_t>>& fanouts, std::vector<LocalIds>& ids) {
+                               const int64_t* seeds, int64_t n_seeds, uint64_t key,
+                               const std::vector<std::vector<int64_t>>& fanouts, const sampling_options& o,
+                               std::vector<LocalIds>& ids) {
   const size_t layers = fanouts.size(), nrel = relations.size();
+  Rng rng(o.seed, key);
   std::vector<std::vector<int64_t>> nodes(num_types);
   for (int t = 0; t < num_types; ++t) ids[t].reset(t == target_type ? static_cast<size_t>(n_seeds) * 8 : 64);
   nodes[target_type].assign(seeds, seeds + n_seeds);
@@ -325,6 +328,7 @@ SampleRecord sample_hetero_one(const std::vector<HeteroRelation>& relations, int
   std::vector<int64_t> counts;  // n[h][t], h = 0..L
   std::vector<std::vector<int32_t>> indptrs(layers * nrel), indices(layers * nrel);
   std::vector<int64_t> picks;
+  std::vector<std::pair<double, int64_t>> scratch;
   for (size_t h = 0; h < layers; ++h) {
     std::vector<int64_t> known(num_types);  // the destinations of hop h: what was known when it began
     for (int t = 0; t < num_types; ++t) known[t] = static_cast<int64_t>(nodes[t].size());
@@ -335,6 +339,9 @@ SampleRecord sample_hetero_one(const std::vector<HeteroRelation>& relations, int
       auto& ptr = indptrs[h * nrel + r];
       auto& idx = indices[h * nrel + r];
       std::vector<int64_t>& src_nodes = nodes[rel.src_type];
+      // LABOR per relation: a destination keeps its k sources of smallest variate, the variates one per source
+      // node of the hop, so relations into a type pick overlapping sources of a type they share.
+      const labor_keys keys(o, key, h, static_cast<uint64_t>(rel.src_type));
       ptr.assign(1, 0);
       for (int64_t i = 0; i < known[rel.dst_type]; ++i) {
         const int64_t v = nodes[rel.dst_type][i];
@@ -343,6 +350,8 @@ SampleRecord sample_hetero_one(const std::vector<HeteroRelation>& relations, int
         if (k == d) {
           picks.resize(d);
           for (int64_t j = 0; j < d; ++j) picks[j] = j;
+        } else if (o.labor) {
+          choose_labor(g, v, nullptr, d, k, keys, scratch, picks);
         } else {
           choose(rng, d, k, picks);
         }
@@ -400,8 +409,8 @@ CscView::~CscView() {
 }
 
 std::vector<double> labor_variates(const sampling_options& options, uint64_t step, size_t hop, const int64_t* ids,
-                                   size_t count) {
-  const labor_keys keys(options, step, hop);
+                                   size_t count, int node_type) {
+  const labor_keys keys(options, step, hop, static_cast<uint64_t>(node_type));
   std::vector<double> r(count);
   for (size_t i = 0; i < count; ++i) r[i] = 0.5 * std::erfc(-keys(ids[i]) / std::sqrt(2.0));
   return r;
@@ -444,8 +453,9 @@ std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation
                                                 int target_type, const int64_t* seeds,
                                                 const std::vector<int64_t>& batch_offsets,
                                                 const std::vector<uint64_t>& batch_keys,
-                                                const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed,
-                                                int num_threads) {
+                                                const std::vector<std::vector<int64_t>>& fanouts,
+                                                const sampling_options& options, int num_threads) {
+  if (options.batch_dependency < 1) throw std::invalid_argument("batch_dependency must be at least 1");
   if (batch_offsets.size() != batch_keys.size() + 1) throw std::invalid_argument("need one offset per batch plus one");
   if (target_type < 0 || target_type >= num_types) throw std::invalid_argument("target type out of range");
   for (const auto& r : relations) {
@@ -467,8 +477,9 @@ std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation
   }
   using TypedIds = std::vector<LocalIds>;
   return in_parallel(batch_keys, num_threads, [&] { return TypedIds(num_types, LocalIds(1024)); },
-                     [&](size_t b, TypedIds& ids) {    return sample_hetero_one(relations, num_types, target_type, seeds + batch_offsets[b],
-                             batch_offsets[b + 1] - batch_offsets[b], Rng(seed, batch_keys[b]), fanouts, ids);
+                     [&](size_t b, TypedIds& ids) {
+    return sample_hetero_one(relations, num_types, target_type, seeds + batch_offsets[b],
+                             batch_offsets[b + 1] - batch_offsets[b], batch_keys[b], fanouts, options, ids);
   });
 }
 

@@ -78,9 +78,10 @@ struct sampling_options {
 /// (0, 1) for any step; r_t = Φ(cos(πc/2) z_t(s0) + sin(πc/2) z_t(s1)) with
 /// c = (step mod κ) / κ, s0 and s1 the seeds of windows step div κ and the
 /// next, z standard normal. Sampling compares the normal mixture (Φ keeps its
-/// order); this gives r_t itself, for tests.
+/// order); this gives r_t itself, for tests. A typed graph's variates are those of `node_type` (0: a plain
+/// graph's).
 std::vector<double> labor_variates(const sampling_options& options, uint64_t step, size_t hop, const int64_t* ids,
-                                   size_t count);
+                                   size_t count, int node_type = 0);
 
 /// @brief Samples batches of seeds in parallel.
 /// @param seeds all seeds of the batches, concatenated.
@@ -101,8 +102,10 @@ struct HeteroRelation {
   int src_type, dst_type;
 };
 
-/// @brief Samples batches of target-type seeds over typed relations, node-wise uniform, each batch from its own
-/// random stream keyed by (seed, batch key).
+/// @brief Samples batches of target-type seeds over typed relations: node-wise uniform, each batch from its own
+/// random stream keyed by (options.seed, batch key), or (options.labor) LABOR-0 per relation, the batch key its
+/// step, each source type's nodes with their own variates (layer and batch dependency as for one relation).
+/// options.fanouts is unused: a typed graph's are per hop and relation.
 ///
 /// Hop h takes, for every node of type t known after hop h and every relation r into t, up to fanouts[h][r]
 /// distinct sources of r (all for -1, none for 0). Record layout (docs/format.md, "Hetero sample records"):
@@ -113,7 +116,7 @@ std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation
                                                 int target_type, const int64_t* seeds,
                                                 const std::vector<int64_t>& batch_offsets,
                                                 const std::vector<uint64_t>& batch_keys,
-                                                const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed,
-                                                int num_threads);
+                                                const std::vector<std::vector<int64_t>>& fanouts,
+                                                const sampling_options& options, int num_threads);
 
 }  // namespace diskgnn

@@ -8,6 +8,10 @@ L-1-l: every type's new representation from its relations' neighbour means.
   of the source type's mean (with bias) plus a linear map of the destination's own row, summed (or averaged,
   `relation_aggr="mean"`) over the relations into the type. The first layer reads each type's features at
   their own width.
+- `gcn` and `gat` per relation (as `to_hetero` makes one layer per relation, summed or averaged into the type):
+  a relation whose two ends are one type runs the plain GCNLayer or GATLayer (nn/models.py), one whose ends
+  differ its RelationGCN or RelationGAT, the destination's own row (GCN's and GAT's self-loop) through its own map.
+  GAT's hidden layers concatenate `heads` heads, its last one has one.
 - `rgcn` (Schlichtkrull et al.): each type's features projected to `hidden` first; per layer
   h'_v = W_0 h_v + sum_r W_r mean_{u in N_r(v)} h_u + b, with W_r = sum_b a_rb V_b over `bases` shared
   matrices (0: one full matrix per relation).
@@ -29,8 +33,9 @@ from torch import nn
 from ..data.schema import Schema
 from ..hashing import mix64, unit_interval
 from .dropout import Dropout, ReseededDropout
+from .models import GATLayer, GCNLayer, RelationGAT, RelationGCN
 
-HETERO_MODELS = ("sage", "rgcn")
+HETERO_MODELS = ("sage", "gcn", "gat", "rgcn")
 FEATURELESS = ("learned", "table", "hashed")
 RELATION_AGGR = ("sum", "mean")
 
@@ -46,7 +51,7 @@ class HeteroLayer(nn.Module):
     """One layer over one hop's relation blocks: dict type -> rows in, dict type -> rows out."""
 
     def __init__(self, schema: Schema, kind: str, in_dims: dict[str, int], d_out: int, bases: int,
-                 relation_aggr: str):
+                 relation_aggr: str, heads: int = 1):
         super().__init__()
         self.schema, self.kind, self.relation_aggr = schema, kind, relation_aggr
         rels = schema.relations
@@ -54,7 +59,14 @@ class HeteroLayer(nn.Module):
         # types nothing flows into keep their own row
         self.keep = nn.ModuleDict({t.name: nn.Linear(in_dims[t.name], d_out) for t in schema.types
                                    if t.name not in reached})
-        if kind == "sage":
+        if kind == "gcn":
+            self.convs = nn.ModuleList(GCNLayer(in_dims[r.src], d_out) if r.src == r.dst else
+                                       RelationGCN(in_dims[r.src], in_dims[r.dst], d_out) for r in rels)
+        elif kind == "gat":
+            self.convs = nn.ModuleList(GATLayer(in_dims[r.src], d_out, heads, heads > 1) if r.src == r.dst else
+                                       RelationGAT(in_dims[r.src], in_dims[r.dst], d_out, heads, heads > 1)
+                                       for r in rels)
+        elif kind == "sage":
             self.neigh = nn.ModuleList(nn.Linear(in_dims[r.src], d_out) for r in rels)
             self.root = nn.ModuleList(nn.Linear(in_dims[r.dst], d_out, bias=False) for r in rels)
         else:
@@ -82,11 +94,13 @@ class HeteroLayer(nn.Module):
         for r, (rel, block) in enumerate(zip(self.schema.relations, blocks)):
             if block is None or rel.src not in h or rel.dst not in h:
                 continue
-            mean = block.mean_neighbours(h[rel.src])
-            if self.kind == "sage":
-                y = self.neigh[r](mean) + self.root[r](h[rel.dst][: block.num_dst])
+            if self.kind in ("gcn", "gat"):
+                conv = self.convs[r]
+                y = conv(block, h[rel.src]) if rel.src == rel.dst else conv(block, h[rel.src], h[rel.dst])
+            elif self.kind == "sage":
+                y = self.neigh[r](block.mean_neighbours(h[rel.src])) + self.root[r](h[rel.dst][: block.num_dst])
             else:
-                y = mean @ weights[r].to(mean.dtype)
+                y = block.mean_neighbours(h[rel.src]) @ weights[r].to(h[rel.src].dtype)
             out[rel.dst] = y if rel.dst not in out else out[rel.dst] + y
             count[rel.dst] = count.get(rel.dst, 0) + 1
         for name in list(out):
@@ -105,8 +119,12 @@ class HeteroGNN(ReseededDropout, nn.Module):
     """`layers` hetero layers over a schema; the target type's rows of the last one are the output."""
 
     def __init__(self, schema: Schema, kind: str, hidden: int, out_dim: int, layers: int, dropout: float, *,
-                 featureless: str = "learned", bases: int = 0, relation_aggr: str = "sum"):
+                 featureless: str = "learned", bases: int = 0, relation_aggr: str = "sum", heads: int = 4):
         super().__init__()
+        if kind not in HETERO_MODELS:
+            raise ValueError(f"model {kind!r}: expected one of {', '.join(HETERO_MODELS)}")
+        if kind == "gat" and hidden % heads:
+            raise ValueError(f"gat: hidden size {hidden} must be a multiple of {heads} heads")
         self.schema, self.kind, self.featureless, self.hidden = schema, kind, featureless, hidden
         self.embeddings = nn.ModuleDict({t.name: nn.Embedding(t.count, hidden) for t in schema.types
                                          if not t.feature_dim and featureless == "learned"})
@@ -120,7 +138,8 @@ class HeteroGNN(ReseededDropout, nn.Module):
         self.layers = nn.ModuleList()
         for i in range(layers):
             d_out = out_dim if i == layers - 1 else hidden
-            self.layers.append(HeteroLayer(schema, kind, dims, d_out, bases, relation_aggr))
+            self.layers.append(HeteroLayer(schema, kind, dims, d_out, bases, relation_aggr,
+                                           1 if i == layers - 1 else heads))
             dims = {t.name: d_out for t in schema.types}
         self.dropout = Dropout(dropout)
 

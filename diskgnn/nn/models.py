@@ -94,12 +94,19 @@ class GATLayer(nn.Module):
     def _attend(self, block: TensorBlock, h: torch.Tensor) -> torch.Tensor:
         # Always float32, bf16 autocast or not: bf16 projections moved the attention weights' gradients by a
         # quarter (their sums over edges cancel), and GAT's step, its edge work, ran no faster in bf16 on W1.
+        return self.attend(block, self.lin(h).view(-1, self.heads, self.d_head))
+
+    def attend(self, block: TensorBlock, z: torch.Tensor, z_dst: torch.Tensor | None = None,
+               first_self: int = 0) -> torch.Tensor:
+        """Attention over N(i) ∪ {i} from the messages' projected rows `z` (the sources', the destinations' own
+        from row `first_self` on) and the destinations' `z_dst` (default: z's first rows; a typed relation's two
+        ends differ: its RelationGAT). The plain layer's ops stay in their order: autograd sums z's gradients in
+        it."""
         nd = block.num_dst
-        z = self.lin(h).view(-1, self.heads, self.d_head)
-        a_src = (z * self.att_src).sum(-1)  # [num_src, heads]
-        a_dst = (z[:nd] * self.att_dst).sum(-1)
-        self_loops = torch.arange(nd, device=h.device)
-        src = torch.cat([block.indices, self_loops])
+        a_src = (z * self.att_src).sum(-1)  # [rows of z, heads]
+        a_dst = ((z[:nd] if z_dst is None else z_dst) * self.att_dst).sum(-1)
+        self_loops = torch.arange(nd, device=z.device)
+        src = torch.cat([block.indices, self_loops + first_self if first_self else self_loops])
         dst = torch.cat([block.dst, self_loops])
         logits = F.leaky_relu(a_src[src] + a_dst[dst], 0.2)
         peak = logits.new_full((nd, self.heads), float("-inf"))
@@ -110,6 +117,35 @@ class GATLayer(nn.Module):
         out = z.new_zeros((nd, self.heads, self.d_head)).index_add_(0, dst, z[src] * alpha.unsqueeze(-1))
         out = out.reshape(nd, -1) if self.concat else out.mean(1)
         return out + self.bias
+
+
+class RelationGCN(GCNLayer):
+    """GCN over a typed relation whose two ends differ (in type, so in width): the mean over N_r(i) ∪ {i} of the
+    sources' rows mapped by W and the destination's own by its own map W_dst, plus the bias; where the ends are
+    one type, W_dst is W and this is GCNLayer, which such a relation uses."""
+
+    def __init__(self, d_src: int, d_dst: int, d_out: int):
+        super().__init__(d_src, d_out)
+        self.lin_dst = nn.Linear(d_dst, d_out, bias=False)
+
+    def forward(self, block: TensorBlock, h: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        scale = block.inv_deg_self.unsqueeze(1).to(h.dtype)
+        return self.lin(block.sum_neighbours(h) * scale) + self.lin_dst(h_dst[: block.num_dst]) * scale
+
+
+class RelationGAT(GATLayer):
+    """GAT over a typed relation whose two ends differ: the sources' messages projected by `lin`, the
+    destination's own (its self-loop) and its attention query by `lin_dst`; one type at both ends is GATLayer."""
+
+    def __init__(self, d_src: int, d_dst: int, d_out: int, heads: int, concat: bool):
+        super().__init__(d_src, d_out, heads, concat)
+        self.lin_dst = nn.Linear(d_dst, self.heads * self.d_head, bias=False)
+
+    def forward(self, block: TensorBlock, h: torch.Tensor, h_dst: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(h.device.type, enabled=False):
+            z = self.lin(h.float()).view(-1, self.heads, self.d_head)
+            z_dst = self.lin_dst(h_dst[: block.num_dst].float()).view(-1, self.heads, self.d_head)
+            return self.attend(block, torch.cat([z, z_dst]), z_dst, z.shape[0])
 
 
 def layer_dims(d_in: int, hidden: int, classes: int, layers: int) -> list[int]:

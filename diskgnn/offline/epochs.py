@@ -93,19 +93,22 @@ class EpochSpec:
 
 
 def pack_types(dataset: Dataset, samples, placements: dict[str, Placement], out_dir, name: str, *, pack_memory: int,
-               threads: int | None = None) -> tuple[dict[str, PackFile], dict]:
+               threads: int | None = None, max_blowup: float | None = None,
+               recent: int = 0) -> tuple[dict[str, PackFile], dict]:
     """A typed epoch's packs: per featured node type, each batch's rows of that type its memory tier
     (`placements[type]`) does not hold, written into `out_dir/<name>.<type>.packs` by pack_epoch from the type's view
     of the sample file (one front-to-back pass over its features). The types are packed one after another: their
     rows differ in size, each has its own feature file, and the packer's buffers are then one type's at a time.
-    Returns the packs and the packer's statistics summed over the types."""
+    `max_blowup` caps each type's packed rows against that type's count, `recent` leaves out of each type's packs
+    the rows one of the `recent` batches before read (each type's store has its recent-rows tier), as for one
+    type. Returns the packs and the packer's statistics summed over the types."""
     files, stats = {}, {}
     for t, ty in enumerate(dataset.schema.types):
         if not ty.feature_dim:
             continue
         packs = pack_epoch(None, TypeView(samples, t), placements[ty.name], Path(out_dir) / f"{name}.{ty.name}.packs",
                            features=feature_source(dataset, RAW_FEATURES, ty.name), pack_memory=pack_memory,
-                           threads=threads)
+                           threads=threads, max_blowup=max_blowup, recent=recent)
         files[ty.name] = packs
         for key, value in packs.packing.items():
             if isinstance(value, (int, float)):
@@ -263,7 +266,8 @@ class OfflineEpochs:
         spec = self.spec
         if self.typed:
             packs, stats = pack_types(self.dataset, samples, self.placement, self.dir, name.removesuffix(".packs"),
-                                      pack_memory=spec.pack_memory, threads=spec.threads)
+                                      pack_memory=spec.pack_memory, threads=spec.threads, max_blowup=spec.max_blowup,
+                                      recent=recent)
         else:
             packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=spec.max_blowup,
                                pack_memory=spec.pack_memory, threads=spec.threads, features=self.source,

@@ -96,7 +96,8 @@ def batch_order(num_batches: int, seed: int, epoch: int) -> np.ndarray:
 class Graph:
     """A dataset's relations mapped for the native samplers (MADV_RANDOM), with the type indices records use: one
     relation (a homogeneous dataset), sampled node-wise uniform or by LABOR, its blocks' HAGs and a link epoch's
-    partitions beside; or several (a typed dataset), node-wise uniform per hop and relation (fanouts[h][r])."""
+    partitions beside; or several (a typed dataset), node-wise uniform or by LABOR per hop and relation
+    (fanouts[h][r]), each node type's variates its own."""
 
     def __init__(self, dataset: Dataset):
         from .. import _native
@@ -126,7 +127,8 @@ class Graph:
         return _native.sample_hetero_batches(self.views, [s for s, _ in self.relations],
                                              [d for _, d in self.relations], len(self.schema.types),
                                              self.target if seed_type is None else seed_type, flat, bounds, keys,
-                                             [list(f) for f in fanouts], seed, threads)
+                                             [list(f) for f in fanouts], seed, threads,
+                                             **(sampler or NEIGHBOR).native())
 
     def parse(self, rec, index: int, seed_type: int | None = None, fanouts=None) -> Batch:
         """A record as a Batch; a typed one's relations that `fanouts` does not follow at a hop have no block."""
@@ -204,8 +206,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         if not fanouts or any(len(hop) != len(graph.relations) or min(hop) < -1 for hop in fanouts):
             raise DiskgnnError(f"fanouts {fanouts}: per hop, a count >= -1 for each of the "
                                f"{len(graph.relations)} relations")
-        if sampler != NEIGHBOR or (hag is not None and hag.active) or partition_rows:
-            raise DiskgnnError("a typed graph samples node-wise uniform per relation: no LABOR, HAGs or partitions")
+        if (hag is not None and hag.active) or partition_rows:
+            raise DiskgnnError("a typed graph's batches have no HAGs or partitions: both are one relation's")
     else:
         fanouts = [int(f) for f in fanouts]
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):

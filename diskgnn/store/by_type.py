@@ -72,12 +72,13 @@ class TypedRows:
             reader.close()
 
     def summary(self) -> dict:
-        """Per type: rows asked for, those its memory tier served, bytes read from disk."""
+        """Per type: rows asked for, those its memory tier served, bytes read from disk, rows each tier served."""
         out = {}
         for name, tiers in self.stats.items():
             host = tiers.get("host")
             out[name] = {"rows": sum(t.hits for t in tiers.values()), "hits": host.hits if host else 0,
-                         "bytes_read": sum(t.bytes for n, t in tiers.items() if n != "host")}
+                         "bytes_read": sum(t.bytes for n, t in tiers.items() if n != "host"),
+                         "tiers": {n: t.hits for n, t in tiers.items()}}
         return out
 
 

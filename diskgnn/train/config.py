@@ -43,7 +43,7 @@ class TrainConfig:
                 "ones of a dataset prepared with --edge-split (batches of --batch-size train edges, the nodes whose "
                 "representations they need sampled and packed as a node batch's seeds)", "choices": TASKS})
     model: str = field(default="sage", metadata={
-        "help": "sage | gcn | gat; on a heterogeneous dataset sage (RGraphSAGE, one SAGE per relation) or rgcn "
+        "help": "sage | gcn | gat; on a heterogeneous dataset one of them per relation (sage: RGraphSAGE), or rgcn "
                 "(R-GCN with --bases)", "choices": MODELS + ("rgcn",)})
     fanouts: str = field(default="10,5", metadata={
         "help": "neighbours per layer, seeds' layer first; -1 = all. Heterogeneous: one count per layer for every "

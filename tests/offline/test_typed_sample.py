@@ -113,13 +113,78 @@ def test_bad_seeds(graph):
 def test_a_typed_epoch_refuses_what_only_one_relation_samples(graph, tmp_path):
     from diskgnn.data.schema import relation_fanouts
     from diskgnn.errors import DiskgnnError
-    from diskgnn.offline.sample import Sampler, sample_epoch
+    from diskgnn.offline.sample import sample_epoch
 
     ds, g = graph
     fan = relation_fanouts("2", ds.schema)
-    with pytest.raises(DiskgnnError, match="no LABOR, HAGs or partitions"):
-        sample_epoch(ds, tmp_path / "l.samples", graph=g, fanouts=fan, batch_size=13, seed=0, epoch=0,
-                     sampler=Sampler("labor"))
+    with pytest.raises(DiskgnnError, match="no HAGs or partitions"):
+        sample_epoch(ds, tmp_path / "p.samples", graph=g, fanouts=fan, batch_size=13, seed=0, epoch=0,
+                     partition_rows=50)
     with pytest.raises(DiskgnnError, match="for each of the"):
         sample_epoch(ds, tmp_path / "f.samples", graph=g, fanouts=[2], batch_size=13, seed=0, epoch=0)
     assert not list(tmp_path.iterdir())
+
+
+LABORS = {"labor": dict(), "layer": dict(layer_dependency=True), "kappa4": dict(batch_dependency=4),
+          "layer-kappa3": dict(layer_dependency=True, batch_dependency=3)}
+
+
+@pytest.mark.parametrize("kind", LABORS)
+def test_typed_labor_picks_each_relations_smallest_variates_of_the_source_type(graph, tmp_path, kind):
+    """LABOR per relation: every destination keeps, of its in-neighbours along relation r, the `fanout` whose
+    variates (those of r's source type at the batch's step and hop) are smallest; ties in the oracle are
+    impossible (continuous variates)."""
+    from diskgnn import _native
+    from diskgnn.data.schema import relation_fanouts
+    from diskgnn.offline.sample import Sampler, sample_epoch
+
+    ds, g = graph
+    sampler = Sampler("labor", **LABORS[kind])
+    fan = relation_fanouts("3,2", ds.schema)
+    sf = sample_epoch(ds, tmp_path / "l.samples", graph=g, fanouts=fan, batch_size=29, seed=5, epoch=1,
+                      sampler=sampler)
+    assert sf.meta["sampler"] == "labor" and len(sf) == -(-ds.split("train").size // 29)
+    s = ds.schema
+    for b, batch in enumerate(sf):
+        check_batch(ds, batch, fan)
+        step = sampler.key(1, b, len(sf))
+        for h, hop in enumerate(batch.hops):
+            for r, blk in enumerate(hop):
+                rel = s.relations[r]
+                dt, st = s.type_index(rel.dst), s.type_index(rel.src)
+                for i in range(blk.num_dst):
+                    true = neighbours(ds, r, batch.type_nodes[dt][i])
+                    got = np.sort(batch.type_nodes[st][blk.indices[blk.indptr[i]:blk.indptr[i + 1]]])
+                    if true.size <= fan[h][r]:
+                        assert got.tolist() == true.tolist()
+                        continue
+                    var = _native.labor_variates(5, sampler.layer_dependency, sampler.batch_dependency, step, h,
+                                                 true, node_type=st)
+                    assert got.tolist() == np.sort(true[np.argsort(var)[:fan[h][r]]]).tolist()
+
+
+def test_typed_labor_is_deterministic_shares_sources_and_each_type_has_its_own_variates(graph, tmp_path):
+    from diskgnn import _native
+    from diskgnn.data.schema import relation_fanouts
+    from diskgnn.offline.sample import Sampler, sample_epoch
+
+    ds, g = graph
+    fan = relation_fanouts("2,2", ds.schema)
+
+    def epoch(name, sampler, threads=1):
+        return sample_epoch(ds, tmp_path / f"{name}.samples", graph=g, fanouts=fan, batch_size=16, seed=3, epoch=0,
+                            sampler=sampler, threads=threads)
+
+    labor = Sampler("labor", layer_dependency=True, batch_dependency=8)
+    one, two = epoch("one", labor), epoch("two", labor, threads=2)
+    assert all(bytes(one.record(i)) == bytes(two.record(i)) for i in range(len(one)))
+    uniform, independent = epoch("u", Sampler()), epoch("l", Sampler("labor"))
+
+    def distinct(sf):  # nodes a batch reads, all types together
+        return np.mean([sum(ids.size for ids in b.type_nodes) for b in sf])
+
+    assert distinct(independent) < distinct(uniform)
+    ids = np.arange(5000, dtype=np.int64)
+    plain = _native.labor_variates(3, False, 1, 2, 0, ids)
+    assert np.array_equal(_native.labor_variates(3, False, 1, 2, 0, ids, node_type=0), plain)
+    assert abs(np.corrcoef(plain, _native.labor_variates(3, False, 1, 2, 0, ids, node_type=1))[0, 1]) < 0.05

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from ...data.features import RAW_FEATURES
 from ...errors import UsageError
-from ...nn.hetero import HETERO_MODELS
 from ..modes import Distribution
 
 
 def refuse(cfg, ds) -> None:
     """A UsageError for the first option that does not apply to heterogeneous graphs."""
-    if cfg.model not in HETERO_MODELS:
-        raise UsageError(f"--model {cfg.model}: heterogeneous graphs train {' or '.join(HETERO_MODELS)} (RGraphSAGE, "
-                         "R-GCN)")
     if cfg.task_spec.name != "node":
         raise UsageError(f"--task {cfg.task}: heterogeneous graphs train node classification only (so far)")
-    if cfg.sampler != "neighbor":
-        raise UsageError(f"--sampler {cfg.sampler}: heterogeneous graphs sample node-wise uniform per relation; "
-                         "LABOR's shared variates are not defined across relations here")
     if cfg.distribution is not Distribution.NONE:
         raise UsageError(f"--distributed {cfg.distributed}: heterogeneous graphs train in one process (so far)")
     if not cfg.hag_mode.off:
@@ -35,11 +28,5 @@ def refuse(cfg, ds) -> None:
     if cfg.embedding_cache != "auto":
         raise UsageError(f"--embedding-cache {cfg.embedding_cache}: a heterogeneous run's tables keep their hot rows "
                          "in its one host tier, ranked with the feature rows; size it with --host-cache")
-    if cfg.max_blowup is not None:
-        raise UsageError(f"--max-blowup {cfg.max_blowup:g}: heterogeneous packs store each batch's cold rows per type; "
-                         "segments that share rows are not built for them")
-    if cfg.recent_batches != "auto":
-        raise UsageError(f"--recent-batches {cfg.recent_batches}: the recent-rows tier serves dependent batches, "
-                         "which heterogeneous graphs do not sample")
     if cfg.bases < 0:
         raise UsageError(f"--bases {cfg.bases}: must be 0 (a full matrix per relation) or more")

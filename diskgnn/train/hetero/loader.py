@@ -102,7 +102,8 @@ class HeteroLoader:
         torch.manual_seed(cfg.seed)
         out = self.schema.num_classes
         return HeteroGNN(self.schema, cfg.model, cfg.hidden, out, len(self.fanouts), cfg.dropout,
-                         featureless=cfg.featureless, bases=cfg.bases, relation_aggr=cfg.relation_aggr).to(self.device)
+                         featureless=cfg.featureless, bases=cfg.bases, relation_aggr=cfg.relation_aggr,
+                         heads=cfg.heads).to(self.device)
 
     # -- the data --------------------------------------------------------------------------------------------
 
@@ -131,7 +132,8 @@ class HeteroLoader:
         cfg = self.cfg
         return EpochSpec(tuple(tuple(hop) for hop in self.fanouts), cfg.batch_size, cfg.seed, self.pack_memory,
                          self.features.sources, replay=cfg.sampling_mode.replay, threads=self.threads,
-                         max_batches=cfg.max_batches)
+                         max_batches=cfg.max_batches, sampler=cfg.sampler_spec, recent=cfg.recent_window,
+                         max_blowup=cfg.max_blowup)
 
     @property
     def offline(self) -> dict:
@@ -162,15 +164,22 @@ class HeteroLoader:
                     table_rows[ty.name] = max(table_rows[ty.name], ids.size)
                     rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
+            if cfg.model == "gat":  # a message per edge, its weighted copy and their gradients
+                step += sum(int(blk.indices.size) for hop in batch.hops for blk in hop if blk is not None) \
+                    * cfg.hidden * 4 * 4
             # its block tensors
             rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop if blk is not None)
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
-        # the batches in flight hold their rows and blocks; one step at a time holds its activations
-        working = rows_max * (defaults.READ_DEPTH + 2) + step_max
+        # the batches in flight hold their rows and blocks, the recent-rows tiers the last window's; one step at a
+        # time holds its activations
+        window = cfg.recent_window
+        working = rows_max * (defaults.READ_DEPTH + 2 + window) + step_max
         reads = {name: int(c.sum()) for name, c in counts.items()}
         feature_reads = [n for t, n in reads.items() if t not in table_types]
         # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
         plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(feature_reads, default=0) * defaults.DISK_HEADROOM
+        if window:  # and, for the recent-rows tier, the batch and position each of the type's nodes was last read
+            plan_rows += 8 * max((t.count for t in s.types if t.feature_dim), default=0)
         tables = self.tables.memory(table_rows)
         left = self.budget - base - model_bytes - self.labels.nbytes - working - int(plan_rows) - tables
         self.pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
@@ -196,8 +205,10 @@ class HeteroLoader:
         self.hot = {name: ids for name, ids in chosen.items() if name in table_types}
         placed = {name: int(ids.size) for name, ids in chosen.items()}
         hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
-        pack_bytes = sum((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0)
-                         for t in s.types if t.feature_dim)
+        blowup = cfg.max_blowup if cfg.max_blowup is not None else float("inf")  # each type's packs capped
+        pack_bytes = sum(min((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0),
+                             blowup * t.count * t.row_bytes) for t in s.types if t.feature_dim)
+        pack_bytes = int(pack_bytes)
         copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")), cfg.batch_size,
                              streamed=False)
         disk = int(copies * (pack_bytes + epoch0.meta["file_bytes"]) * defaults.DISK_HEADROOM) + self.tables.disk()
@@ -208,6 +219,7 @@ class HeteroLoader:
                                "elsewhere, raise --host-cache or --memory-budget, or lower --eval-max-batches)")
         self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
                      "working_set_bytes": working, "pack_memory_bytes": self.pack_memory + int(plan_rows),
+                     "recent_batches": window,
                      "table_memory_bytes": tables, "host_tier_bytes": self.features.held_bytes() + sum(
                          ids.size * self.tables.held_row_bytes()[n] for n, ids in self.hot.items()),
                      "host_tier_rows": placed,
@@ -256,7 +268,8 @@ class HeteroLoader:
         def source(store):
             return OnlineLoader(self.ds, seeds, fanouts=fanouts, batch_size=cfg.batch_size, seed=cfg.seed,
                                 epoch=epoch, labels=self.labels, target=target_for("cpu"),
-                                read_depth=defaults.READ_DEPTH, backend=cfg.backend, graph=self._graph, store=store)
+                                read_depth=defaults.READ_DEPTH, backend=cfg.backend, graph=self._graph, store=store,
+                                sampler=cfg.sampler_spec)
 
         batches = -(-int(np.asarray(seeds).size) // cfg.batch_size)
         return TypedPass(self, source, None, np.arange(batches)[:max_batches], start)
