@@ -170,6 +170,36 @@ def test_independent_training_runs_and_every_rank_trains_its_share(train_data, t
     assert "the epoch's last batches beyond a multiple of 2 are dropped" in proc.stdout
 
 
+def test_independent_training_on_a_typed_graph(tmp_path_factory, tmp_path):
+    """--distributed independent on a heterogeneous graph: each rank trains its share of the typed batches with
+    DDP, evaluation is summed over the ranks, the model learns, and last.pt names the world; cooperative is
+    refused in one line."""
+    import json
+
+    from conftest import small_hetero
+
+    hds = small_hetero(tmp_path_factory.mktemp("dh"), learnable=True)
+    args = ("-m", "diskgnn.train", "--data", hds, "--epochs", "6", "--no-progress", "--hidden", "16", "--lr", "0.005",
+            "--fanouts", "4,4", "--batch-size", "11", "--memory-budget", "1GiB")
+    proc = torchrun(2, *args, "--distributed", "independent", "--workdir", tmp_path / "d")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "d" / "rank-0" / "summary.json").read_text())
+    # 100 train papers make 10 batches of 11 (the last of 1 seed): 5 steps of 2 batches an epoch
+    assert summary["distributed"]["rank_batches"] == 6 * 10 and summary["distributed"]["world_size"] == 2
+    assert summary["distributed"]["seeds"] == 6 * 100 and summary["distributed"]["disk_bytes_read"] > 0
+    assert summary["test_acc"] > 0.6, proc.stdout[-2000:]  # chance: a third
+    checkpoints = Checkpoints(tmp_path / "d" / "rank-0" / "checkpoints")  # rank 0 writes them
+    assert checkpoints.load("last")["world"] == 2
+    assert checkpoints.load("best")["dataset"] == checkpoints.load("last")["dataset"]
+    more = torchrun(2, *[a if a != "6" else "7" for a in args], "--distributed", "independent", "--workdir",
+                    tmp_path / "d", "--resume")
+    assert more.returncode == 0, more.stderr[-3000:]
+    resumed = json.loads((tmp_path / "d" / "rank-0" / "summary.json").read_text())
+    assert resumed["resumed"] and resumed["train_loss"][:6] == summary["train_loss"] and len(resumed["train_loss"]) == 7
+    coop = torchrun(2, *args, "--distributed", "cooperative", "--workdir", tmp_path / "c")
+    assert coop.returncode != 0 and "--distributed cooperative: its exchange plan" in coop.stderr
+
+
 def test_a_rank_that_dies_ends_the_group_with_one_line(train_data, tmp_path):
     """Two "machines" (two torchrun invocations, one process each, a localhost rendezvous): node 1's process is
     killed (SIGKILL) while the group trains; node 0's rank fails its next collective at once and ends with one

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from ...data.features import RAW_FEATURES
 from ...errors import UsageError
-from ..modes import Distribution
 
 
 def refuse(cfg, ds) -> None:
     """A UsageError for the first option that does not apply to heterogeneous graphs."""
     if cfg.task_spec.name != "node":
         raise UsageError(f"--task {cfg.task}: heterogeneous graphs train node classification only (so far)")
-    if cfg.distribution is not Distribution.NONE:
-        raise UsageError(f"--distributed {cfg.distributed}: heterogeneous graphs train in one process (so far)")
+    if cfg.distribution.cooperative:
+        raise UsageError("--distributed cooperative: its exchange plan owns one node type's rows; on heterogeneous "
+                         "graphs train with --distributed independent")
+    if cfg.distribution.independent and cfg.featureless == "table":
+        raise UsageError("--featureless table under --distributed: each rank's table would be its own file, its "
+                         "rows learned apart; use learned (in memory, averaged by DDP) or hashed")
     if not cfg.hag_mode.off:
         raise UsageError(f"--hag {cfg.hag}: HAGs share partial sums of one relation's neighbour lists; not built for "
                          "heterogeneous graphs")

@@ -35,6 +35,7 @@ import torch
 from ... import defaults
 from ...data.format import Dataset, open_dataset
 from ...data.schema import relation_fanouts
+from ...distributed.group import Group
 from ...errors import DiskgnnError, UsageError
 from ...loading.loaders import OfflineLoader, OnlineLoader
 from ...nn.hetero import HeteroGNN
@@ -47,6 +48,7 @@ from ...target import target_for
 from ...units import format_size, parse_size
 from ..options import from_options, save
 from ..plan import disk_copies, resolve_device, resolve_precision
+from ..report import distributed_line
 from ..tasks.base import EVAL_EPOCH
 from ..workdir import hold_workdir
 from .checks import refuse
@@ -62,10 +64,11 @@ def _hop_text(schema, hop) -> str:
 class HeteroLoader:
     """A typed dataset's batches, planned, sampled, packed and read; see the module's docstring."""
 
-    def __init__(self, data=None, *, config=None, log: Callable[[str], None] | None = print, **options):
+    def __init__(self, data=None, *, config=None, group: Group | None = None,
+                 log: Callable[[str], None] | None = print, **options):
         cfg = self.cfg = config if config is not None else from_options(data=None if data is None else str(data),
                                                                         **options)
-        self.log = log
+        self.log, self.group = log, group or Group()
         self.ds: Dataset = open_dataset(cfg.data, typed=True)
         self.schema = schema = self.ds.schema
         refuse(cfg, self.ds)
@@ -78,6 +81,8 @@ class HeteroLoader:
         device = resolve_device(cfg.device)  # as a plain run's plan resolves them
         self.device, self.precision = torch.device(device), resolve_precision(cfg, device)
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
+        if self.group.active:  # one machine's ranks must not share a workdir, as a plain run's
+            self.workdir = self.workdir / f"rank-{self.group.rank}"
         self.labels = np.asarray(self.ds.labels)
         self.features = TypedRows(self.ds, cfg.backend)
         self.tables = HeteroTables(cfg, schema, self.workdir)
@@ -89,11 +94,13 @@ class HeteroLoader:
         self.plan: dict = {}
         self.pack_memory = defaults.PACK_MEMORY
         self._eval_files: dict[str, EpochFiles] = {}  # sampled and packed once, on first use
-        self.accounting: dict = {}  # what a checkpoint keeps of the data side (the tiers' counters are per type)
+        # what a checkpoint keeps of the data side: the train passes' disk bytes (the tiers' counters are per type)
+        self.accounting: dict = {"disk_bytes": 0}
+        self.trained = {"batches": 0, "input_rows": 0, "seeds": 0}  # summed over the train batches, every type
         self._graph = None  # the relations mapped for online sampling, at its first pass
 
     def say(self, line: str) -> None:
-        if self.log is not None:
+        if self.group.leader and self.log is not None:
             self.log(line)
 
     def new_model(self) -> HeteroGNN:
@@ -124,8 +131,13 @@ class HeteroLoader:
             f"layers, fanouts per hop " + " / ".join(_hop_text(s, hop) for hop in self.fanouts))
         self.epochs = OfflineEpochs(self.ds, self.workdir / "epochs", self._spec())
         self.epochs.sample_first()  # what epoch 0 trains on
+        if len(self.epochs.samples0) == 0:
+            raise DiskgnnError(f"{self.ds.path}: the train split makes fewer than {self.group.world} batches of "
+                               f"{cfg.batch_size} (each rank trains one a step): lower --batch-size")
         self._plan(model, self.epochs.samples0)
         self.epochs.follow(self._spec())  # the packer's share of the budget, as planned
+        if self.group.active:
+            self.say(distributed_line(cfg, self.group, self.workdir))
         return self
 
     def _spec(self) -> EpochSpec:
@@ -133,7 +145,8 @@ class HeteroLoader:
         return EpochSpec(tuple(tuple(hop) for hop in self.fanouts), cfg.batch_size, cfg.seed, self.pack_memory,
                          self.features.sources, replay=cfg.sampling_mode.replay, threads=self.threads,
                          max_batches=cfg.max_batches, sampler=cfg.sampler_spec, recent=cfg.recent_window,
-                         max_blowup=cfg.max_blowup)
+                         max_blowup=cfg.max_blowup, shard=(self.group.rank, self.group.world),
+                         eval_shard=(self.group.rank, self.group.world))
 
     @property
     def offline(self) -> dict:
@@ -248,19 +261,20 @@ class HeteroLoader:
         self.open()
         cfg = self.cfg
         if cfg.sampling_mode.online:
-            return self._online(self.ds.split("train"), self.fanouts, epoch, cfg.max_batches, start)
+            return self._online(self.ds.split("train"), self.fanouts, epoch, cfg.max_batches, start, train=True)
         for done in range(epoch):
             self.epochs.release(done)
         files = self.epochs.files(epoch)
         if epoch + 1 < cfg.epochs:
             self.epochs.prefetch(epoch + 1)
         order = self.epochs.order(epoch, len(files.samples))[: cfg.max_batches]
-        return TypedPass(self, self._offline(files), files.packs, order, start)
+        return TypedPass(self, self._offline(files), files.packs, order, start, train=True)
 
     def _offline(self, files: EpochFiles):
         return lambda store: OfflineLoader(files.samples, store, self.labels, defaults.READ_DEPTH, target_for("cpu"))
 
-    def _online(self, seeds, fanouts, epoch: int, max_batches: int | None, start: int = 0) -> "TypedPass":
+    def _online(self, seeds, fanouts, epoch: int, max_batches: int | None, start: int = 0,
+                train: bool = False) -> "TypedPass":
         cfg = self.cfg
         if self._graph is None:
             self._graph = open_graph(self.ds)
@@ -272,24 +286,34 @@ class HeteroLoader:
                                 sampler=cfg.sampler_spec)
 
         batches = -(-int(np.asarray(seeds).size) // cfg.batch_size)
-        return TypedPass(self, source, None, np.arange(batches)[:max_batches], start)
+        return TypedPass(self, source, None, np.arange(batches)[:max_batches], start, train)
 
     @property
     def num_batches(self) -> int:
         """Train batches per epoch."""
         return len(self.epochs.samples0)
 
-    def passes(self, source, packs, order):
+    def passes(self, source, packs, order, train: bool = False):
         """The batches `order` of a pass as MiniBatches, through the loaders' stages (sample, read, assemble) of
         `source` (a store -> its loader) over each featured type's store (`packs`: the pass's, or None: rows by
-        id); laid out by the CPU target, then moved to the run's device."""
+        id); laid out by the CPU target, then moved to the run's device. A train pass's batches are counted."""
         store = self.features.store(packs)
+        t, before = self.trained, self._disk_bytes()
         try:
             with source(store).pipeline(order) as pipeline:
                 for mb in pipeline:
+                    if train:
+                        t["batches"] += 1
+                        t["input_rows"] += sum(int(x.shape[0]) for x in mb.x.values())
+                        t["seeds"] += mb.num_seeds
                     yield mb if self.device.type == "cpu" else self._moved(mb)
         finally:
             store.close()
+            if train:  # (a validation inside the pass reads its own rows meanwhile: counted here too)
+                self.accounting["disk_bytes"] = self.accounting.get("disk_bytes", 0) + self._disk_bytes() - before
+
+    def _disk_bytes(self) -> int:
+        return int(sum(st["bytes_read"] for st in self.features.summary().values()))
 
     def _moved(self, mb):
         mb.x = {name: x.to(self.device, non_blocking=True) for name, x in mb.x.items()}
@@ -344,14 +368,15 @@ class HeteroLoader:
 class TypedPass:
     """One pass over an epoch's (or an eval set's) batches `order` from position `start` on, as a Loader's Pass."""
 
-    def __init__(self, loader: HeteroLoader, source, packs, order: np.ndarray, start: int):
+    def __init__(self, loader: HeteroLoader, source, packs, order: np.ndarray, start: int, train: bool = False):
         self.loader, self.source, self.packs, self.order, self.start = loader, source, packs, order, start
+        self.train = train
 
     def __len__(self) -> int:
         return len(self.order)
 
     def __iter__(self):
-        return self.loader.passes(self.source, self.packs, self.order[self.start:])
+        return self.loader.passes(self.source, self.packs, self.order[self.start:], self.train)
 
     def stats(self) -> list:
         return [st for tiers in self.loader.features.stats.values() for st in tiers.values()]

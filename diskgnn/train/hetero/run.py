@@ -41,7 +41,7 @@ class HeteroRun(Run):
 
     def __init__(self, cfg, group: Group = Group()):
         self.cfg, self.group = cfg, group
-        self.loader = HeteroLoader(config=cfg)
+        self.loader = HeteroLoader(config=cfg, group=group)
         self._model = self.loader.new_model()  # planned with (its parameters), then trained
         self.loader.open(self._model)
         self.device, self.schema, self.tables = self.loader.device, self.loader.schema, self.loader.tables
@@ -50,10 +50,18 @@ class HeteroRun(Run):
         self.exchange_bytes = 0
         self.embeddings = None
         self.graphed = None
+        self.ddp = None  # data-parallel: the model in DDP (model_and_optimizer)
         self.step_stats = {"line": "eager (a typed run's step is not captured)"}
 
     def model_and_optimizer(self):
+        """The planned model (data-parallel: wrapped in DDP as `ddp`, each rank training its share of the batches, as
+        a plain run's) and Adam."""
         model = self._model
+        if self.cfg.distribution.independent:
+            # a hop leaves the relations it does not follow without a block: their layers' weights get no gradient
+            self.ddp = torch.nn.parallel.DistributedDataParallel(
+                model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=True)
         return model, torch.optim.Adam(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
 
     def open_embeddings(self, resumed: dict | None) -> None:
@@ -96,7 +104,7 @@ class HeteroRun(Run):
         optimizer.zero_grad(set_to_none=True)
         x, trained = self.tables.inputs(mb.x, mb.nodes, self.device, True)
         with self.autocast():
-            out = model(mb.hops, x, mb.nodes).float()
+            out = (self.ddp or model)(mb.hops, x, mb.nodes).float()
         loss = (F.binary_cross_entropy_with_logits(out, self.targets(mb)) if self.schema.multilabel
                 else F.cross_entropy(out, mb.labels))
         loss.backward()
@@ -123,6 +131,10 @@ class HeteroRun(Run):
             if not self.schema.multilabel:
                 correct += int((out.argmax(1) == mb.labels).sum())
             total += mb.num_seeds
+        # each rank evaluated its share of the split's batches: the counts summed are one process's
+        sums = self.group.sum([*tp.tolist(), *fp.tolist(), *fn.tolist(), correct, total])
+        tp, fp, fn = (np.asarray(sums[i * c:(i + 1) * c], np.int64) for i in range(3))
+        correct, total = int(sums[-2]), int(sums[-1])
         micro, macro = f1_scores(tp, fp, fn)
         scores = {"micro_f1": micro, "macro_f1": macro, "seeds": total}
         if not self.schema.multilabel:
