@@ -84,8 +84,12 @@ class MiniBatch:
         return [nd for nd, _, _ in self.record.shapes]
 
     @property
-    def rows(self) -> tuple:
-        """(salt, node ids of x's rows): what keys the step's dropout masks by node (nn/dropout.py)."""
+    def rows(self):
+        """What the model takes beside `blocks` and `x`: (salt, node ids of x's rows), which key the step's dropout
+        masks by node (nn/dropout.py); a typed batch's node ids per type (`nodes`: featureless types' rows are by
+        id)."""
+        if self.batch.typed:
+            return self.nodes
         return self.salt, self.input_nodes if self.node_ids is None else self.node_ids
 
     @property
@@ -101,7 +105,7 @@ class MiniBatch:
 
     @property
     def hops(self) -> list:
-        """The blocks in sampling order, the seeds' hop first (what diskgnn.nn.hetero's models take)."""
+        """The blocks in sampling order, the seeds' hop first."""
         return self.blocks[::-1]
 
     @property

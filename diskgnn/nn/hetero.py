@@ -1,8 +1,8 @@
 """Models over heterogeneous blocks: RGraphSAGE and R-GCN with basis decomposition.
 
-A batch's hop h holds one block per relation (offline/batches.py): relation r's destinations are the
-first nodes of its destination type, its sources positions among its source type's nodes. Layer l runs hop
-L-1-l: every type's new representation from its relations' neighbour means.
+A batch's layer l holds one block per relation (offline/batches.py's hop L-1-l): relation r's destinations
+are the first nodes of its destination type, its sources positions among its source type's nodes. Layer l
+makes every type's new representation from its relations' neighbour means.
 
 - `sage` (RGraphSAGE, as PyG's `to_hetero` turns a SAGEConv into one per relation): per relation a linear map
   of the source type's mean (with bias) plus a linear map of the destination's own row, summed (or averaged,
@@ -17,7 +17,7 @@ L-1-l: every type's new representation from its relations' neighbour means.
   matrices (0: one full matrix per relation).
 
 Types without features get a learned table (`featureless="learned"`, in memory), rows the caller passes in `x`
-as it does features (`"table"`: a learnable table out of core, train/hetero/tables.py, `hidden` values a row) or
+as it does features (`"table"`: a learnable table out of core, train/tables.py, `hidden` values a row) or
 a fixed vector per node hashed from (type, id) (`"hashed"`: a fixed random projection of the node's one-hot id,
 no memory, no training). A type that no relation reaches at a hop keeps its own row through a linear map, so no node a
 later layer needs is dropped.
@@ -160,12 +160,15 @@ class HeteroGNN(ReseededDropout, nn.Module):
                 h[t.name] = self.project[t.name](h[t.name])
         return h
 
-    def forward(self, hops, x: dict[str, torch.Tensor], nodes: dict[str, np.ndarray]) -> torch.Tensor:
-        """`hops[h][r]`: relation r's block at hop h (the model runs them last hop first); returns the target
+    def forward(self, blocks, x: dict[str, torch.Tensor], nodes: dict[str, np.ndarray]) -> torch.Tensor:
+        """`blocks[l][r]`: relation r's block of layer l, input layer first (a typed MiniBatch's `blocks`, its
+        `rows` the `nodes`: `model(mb.blocks, mb.x, mb.rows)`, as a plain GNN is called); returns the target
         type's output rows (its seeds first)."""
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"{len(blocks)} layers of blocks for a {len(self.layers)}-layer model")
         h = self.inputs(x, nodes, next(self.parameters()).device)
         for i, layer in enumerate(self.layers):
-            h = layer(hops[len(self.layers) - 1 - i], h)
+            h = layer(blocks[i], h)
             if i < len(self.layers) - 1:
                 h = {name: self.dropout(v, relu=True) for name, v in h.items()}
         return h[self.schema.target]

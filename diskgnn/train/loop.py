@@ -61,8 +61,8 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _heterogeneous(cfg: TrainConfig) -> bool:
-    """Whether --data is a heterogeneous dataset (its Run is train/hetero/run.py's); options only such a dataset
-    takes are refused on a homogeneous one."""
+    """Whether --data is a heterogeneous dataset (its Run's data side is train/hetero/loader.py's); options only
+    such a dataset takes are refused on a homogeneous one."""
     hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
     if not hetero and cfg.per_relation:
         raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
@@ -116,12 +116,7 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
 def _train(cfg: TrainConfig, memory: AnonPeak, group: Group, typed: bool = False) -> dict:
     # time to accuracy counts the imports, the plan and the first epoch's offline phase too
     started = time.monotonic() - process_age_s()
-    if typed:
-        from .hetero.run import HeteroRun
-
-        run = HeteroRun(cfg, group)
-    else:
-        run = Run(cfg, group)
+    run = Run(cfg, group, typed)
     data = run.loader
     model, optimizer = run.model_and_optimizer()
     checkpoints = Checkpoints(data.workdir / "checkpoints")

@@ -7,6 +7,11 @@ data-parallel with DDP, or cooperative), train passes that can start mid-epoch
 checkpoints and summary are train/loop.py's. Under torchrun each rank is a
 Run in its own workdir (WORKDIR/rank-R) with its share of the batches and of
 the eval sets (diskgnn/distributed/); its evaluation is summed over the ranks.
+A typed dataset's Run is the same over the typed data side (hetero/loader.py's
+HeteroLoader, which sizes its plan with the typed model it makes): the model
+is called as a plain one is (`model(mb.blocks, x, mb.rows)`), the task is the
+node task on the target type, and its featureless types' tables are the
+run's tables (train/tables.py), as --embeddings' table is a plain run's.
 """
 
 from __future__ import annotations
@@ -22,15 +27,13 @@ from ..distributed import cooperative
 from ..distributed.group import Group
 from ..errors import DiskgnnError
 from ..nn.models import GNN
-from ..offline.partitions import partition_rows
-from ..offline.placement import hottest_first
-from ..store.embeddings import EmbeddingTable
 from ..target.graphed import CaptureFailed, GraphedStep
 from ..units import Every
 from .checkpoints import EpochState
 from .config import TrainConfig
 from .loader import Loader, Pass
 from .modes import Precision
+from .tables import NodeTable
 
 
 def new_model(cfg: TrainConfig, ds) -> GNN:
@@ -44,9 +47,14 @@ def new_model(cfg: TrainConfig, ds) -> GNN:
 class Run:
     """One training run: its loader, its precision and passes, and the bytes its steps exchanged."""
 
-    def __init__(self, cfg: TrainConfig, group: Group = Group()):
-        self.cfg, self.group = cfg, group
-        self.loader = Loader(config=cfg, group=group).open()
+    def __init__(self, cfg: TrainConfig, group: Group = Group(), typed: bool = False):
+        self.cfg, self.group, self.typed = cfg, group, typed
+        if typed:
+            from .hetero.loader import HeteroLoader
+
+            self.loader = HeteroLoader(config=cfg, group=group).open()
+        else:
+            self.loader = Loader(config=cfg, group=group).open()
         self.device, self.target, self.task = self.loader.device, self.loader.target, self.loader.task
         self.precision = self.loader.plan.precision
         if self.precision.bf16:
@@ -56,7 +64,8 @@ class Run:
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
-        self.embeddings: EmbeddingTable | None = None  # --embeddings: the table (open_embeddings)
+        # the rows it learns in tables (open_embeddings): --embeddings' table, a typed run's featureless types'
+        self.tables = self.loader.tables if typed else NodeTable(cfg, self.loader) if cfg.embeddings else None
         self.graphed: GraphedStep | None = None  # the captured step, where the plan took one (model_and_optimizer)
         self.step_stats = {"line": self.loader.plan.step.line}  # summary.json's "step": captures, replays, eager
 
@@ -64,11 +73,15 @@ class Run:
         """The run's model, seeded, on its device (with --task link its decoder as a submodule: optimised and
         checkpointed with the GNN; data-parallel runs wrap it in DDP as `ddp`), and the target's optimizer."""
         cfg, ds = self.cfg, self.loader.ds
-        torch.manual_seed(cfg.seed)
-        model = new_model(cfg, ds).to(self.device)
+        if self.typed:
+            model = self.loader.model  # made seeded, and the plan sized with it
+        else:
+            torch.manual_seed(cfg.seed)
+            model = new_model(cfg, ds).to(self.device)
         if cfg.distribution.independent:
+            # a typed hop leaves the relations it does not follow without a block: their weights get no gradient
             self.ddp = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=self.target.device_ids(self.group.local_rank))
+                model, device_ids=self.target.device_ids(self.group.local_rank), find_unused_parameters=self.typed)
         graphed = self.loader.plan.step.graphed
         optimizer = self.target.optimizer(model.parameters(), cfg.lr, cfg.weight_decay, capturable=graphed)
         if graphed:
@@ -79,72 +92,43 @@ class Run:
         return model, optimizer
 
     def open_embeddings(self, resumed: dict | None) -> None:
-        """--embeddings: the run's table in WORKDIR/embeddings, new (a fresh run) or rolled back to the
-        checkpoint's `resumed` generation and steps, with the rows epoch 0 reads most held in memory as the plan
-        sizes them."""
-        cfg, loader = self.cfg, self.loader
-        if not cfg.embeddings:
-            return
-        self.embeddings = EmbeddingTable(loader.workdir / "embeddings", loader.ds.num_nodes, cfg.embeddings,
-                                         seed=cfg.seed, lr=cfg.embedding_lr, optimizer=cfg.embedding_optimizer,
-                                         create=resumed is None, **(resumed or {}))
-        if self.embeddings.stats["rows_rolled_back"]:
-            loader.say(f"plan: --resume: {self.embeddings.stats['rows_rolled_back']:,} embedding rows rolled back to "
-                       "the checkpoint from the undo journal")
-        counts = loader.epochs.take_counts0()
-        if loader.plan.embedding_buffer:  # partitioned: the batches' buffer states fill it (inputs)
-            self.embeddings.use_partitions(partition_rows(loader.ds.num_nodes, loader.plan.embedding_buffer[0]),
-                                           loader.plan.embedding_buffer[1])
-        else:
-            self.embeddings.place(hottest_first(counts)[: loader.plan.embedding_host // self.embeddings.row_bytes])
+        """The run's tables, new (a fresh run) or rolled back to the checkpoint's (`resumed`), hot rows placed."""
+        if self.tables:
+            self.tables.open(resumed)
 
     @property
     def has_tables(self) -> bool:
         """Whether the run learns tables of rows (--embeddings; a typed run's featureless types' tables)."""
-        return self.embeddings is not None
+        return bool(self.tables)
 
     def flush_tables(self) -> dict | None:
         """The tables on disk as of the checkpoint about to be saved; what last.pt keeps of them (None: none)."""
-        table = self.embeddings
-        if table is None:
-            return None
-        table.flush()
-        return {"generation": table.generation + 1, "steps": table.steps}
+        return self.tables.flush() if self.tables else None
 
     def tables_committed(self) -> None:
         """The checkpoint is saved: the tables' journals start over."""
-        if self.embeddings is not None:
-            self.embeddings.committed(self.embeddings.generation + 1)
+        if self.tables:
+            self.tables.committed()
 
     def tables_at_best(self) -> dict:
-        """What best.pt keeps of the tables: the generation the next last.pt commits (diskgnn.infer checks it)."""
-        return {} if self.embeddings is None else {"embeddings": {"generation": self.embeddings.generation + 1}}
+        """What best.pt keeps of the tables (diskgnn.infer checks --embeddings' generation)."""
+        return self.tables.at_best() if self.tables else {}
 
     def tables_summary(self) -> dict:
-        """--embeddings: rows served from memory, the write queue and disk; bytes read, written and journaled."""
-        t = self.embeddings
-        return {} if t is None else {"embeddings": {**t.stats, "table_bytes": t.table_bytes,
-                                                    "hot_rows": int((t.hot_ids >= 0).sum())}}
+        return self.tables.summary() if self.tables else {}
 
     def close_tables(self) -> None:
-        if self.embeddings is not None:
-            self.embeddings.close()
+        if self.tables:
+            self.tables.close()
 
     def inputs(self, mb, train: bool):
-        """The model's input rows: the batch's features, beside (--embeddings) its nodes' embedding values; and
-        for a train step the (records, values) whose gradient `step` applies."""
-        if self.embeddings is None:
-            return mb.x, None
-        if mb.link is not None and mb.link.partitions is not None:
-            self.embeddings.hold(mb.link.partitions)
-        records = self.embeddings.gather(mb.input_nodes)
-        # a leaf over the records' own values (Adagrad updates them in place after the backward pass)
-        values = records[:, : self.cfg.embeddings].detach().to(mb.x.device).requires_grad_(train)
-        return (torch.cat([mb.x, values], 1) if mb.x.shape[1] else values), (records, values)
+        """The model's input rows: the batch's, with (or as) its tables' rows; and for a train step what the tables'
+        `step` takes after the backward pass."""
+        return self.tables.inputs(mb, train) if self.tables else (mb.x, None)
 
     def _embedding_step(self, mb, trained) -> None:
         if trained is not None:
-            self.embeddings.step(mb.input_nodes, trained[0], trained[1].grad.cpu())
+            self.tables.step(mb, trained)
 
     def precision_lines(self) -> list[str]:
         if self.cfg.precision_asked is Precision.FP32:

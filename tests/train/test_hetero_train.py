@@ -24,11 +24,11 @@ def whole_graph_batch(ds):
 
     seeds = np.arange(ds.schema.type("paper").count)
     b = sample_batch(open_graph(ds), seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0, threads=1)
-    hops = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.hops]
+    blocks = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.hops[::-1]]
     nodes = {t.name: b.type_nodes[i] for i, t in enumerate(ds.schema.types)}
     x = {t.name: torch.from_numpy(np.array(ds.type_features(t.name))[nodes[t.name]]) for t in ds.schema.types
          if t.feature_dim}
-    return hops, x, nodes
+    return blocks, x, nodes
 
 
 def test_sage_equals_pyg_to_hetero(hds):
@@ -332,12 +332,12 @@ def test_loader_api_yields_hetero_batches(hds, tmp_path):
                 assert isinstance(mb, MiniBatch) and set(mb.x) == {"paper", "term"} and len(mb.hops) == 2
                 assert [b is None for b in mb.hops[0]] == [False] * 6  # --fanouts 4,4: every relation followed
                 opt.zero_grad()
-                F.cross_entropy(model(mb.hops, mb.x, mb.nodes), mb.labels).backward()
+                F.cross_entropy(model(mb.blocks, mb.x, mb.rows), mb.labels).backward()
                 opt.step()
                 seeds += mb.num_seeds
         assert seeds == 4 * 100  # every train paper once an epoch
         model.eval()
         with torch.no_grad():
-            right = sum(int((model(mb.hops, mb.x, mb.nodes).argmax(1) == mb.labels).sum())
+            right = sum(int((model(mb.blocks, mb.x, mb.rows).argmax(1) == mb.labels).sum())
                         for mb in loader.evaluation("test"))
         assert right / 49 > 0.6 and loader.stats()["paper"]["rows"] > 0

@@ -2,30 +2,30 @@
 
     with diskgnn.Loader("data/acm", fanouts="10,10", batch_size=128, memory_budget="2GiB") as loader:
         for epoch in range(3):
-            for mb in loader.epoch(epoch):   # MiniBatch: hops[h][r] blocks, x[type], nodes[type], labels
-                out = model(mb.hops, mb.x, mb.nodes)   # e.g. diskgnn.nn.hetero.HeteroGNN
+            for mb in loader.epoch(epoch):   # MiniBatch: blocks[layer][relation], x[type], nodes[type], labels
+                out = model(mb.blocks, mb.x, mb.rows)   # e.g. diskgnn.nn.hetero.HeteroGNN
                 ...
 
 `diskgnn.Loader(data)` returns one of these when `data` is a heterogeneous dataset; python -m diskgnn.train's
-typed Run (run.py) is built on it, as a plain Run is on its Loader. Constructing it checks the options;
-opening it locks the workdir, samples epoch 0, makes the plan (the model options size it: hidden, model,
-featureless) and fills the typed host tier. `epoch(e)` yields its batches while e + 1 is sampled and packed in the
-background (the files of the epochs before e are deleted); `evaluation(split)` the val or test batches (with
---eval-fanouts, or every neighbour under eval="full"), sampled and packed once.
+Run (train/run.py) is built on it for such a dataset, as on a Loader for a plain one. Constructing it checks
+the options; opening it locks the workdir, makes the typed model (`model`: the Run trains it), samples epoch 0,
+makes the plan (the model's parameters size it) and fills the typed host tier. `epoch(e)` yields its batches
+while e + 1 is sampled and packed in the background (the files of the epochs before e are deleted);
+`evaluation(split)` the val or test batches (with --eval-fanouts, or every neighbour under eval="full"), sampled
+and packed once.
 
-The plan splits --memory-budget as the homogeneous one does: the process's base, the model with its optimizer
-state (learned tables of featureless types included), the target type's labels, the working set of the largest
-batch epoch 0 sampled (its raw rows, their float32 copies and the step's activations, times the batches in
-flight), the packer (its buffers and its plan of an epoch's rows), the out-of-core tables' own memory
-(--featureless table, tables.py), and what is left to the host tier (half of it, under --host-cache auto): typed
-feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte. Every epoch, and each eval set
-once, is sampled and then packed per type by offline/epochs.py's OfflineEpochs, as a homogeneous run's are; the
-plan checks the disk the two epochs' and the eval sets' files take at once.
+The plan splits --memory-budget as the homogeneous one does: the base, the model with its optimizer state
+(learned featureless rows included), the labels, the working set of epoch 0's largest batch (raw rows, their
+float32 copies, the step's activations, times the batches in flight), the packer, the out-of-core tables' own
+memory (train/tables.py), and the rest to the host tier (half under --host-cache auto): typed feature rows and
+the tables' hot rows, ranked together by epoch 0's reads per byte. Epochs and eval sets are sampled and packed
+per type by OfflineEpochs; the plan checks the disk their files take at once.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -45,20 +45,30 @@ from ...offline.placement import densest
 from ...offline.sample import open_graph
 from ...store.by_type import TypedRows
 from ...target import target_for
+from ...target.graphed import StepChoice
 from ...units import format_size, parse_size
 from ..options import from_options, save
 from ..plan import disk_copies, resolve_device, resolve_precision
 from ..report import distributed_line
+from ..modes import Precision
+from ..tables import TypeTables
 from ..tasks.base import EVAL_EPOCH
 from ..workdir import hold_workdir
 from .checks import refuse
-from .tables import HeteroTables
 
 
 def _hop_text(schema, hop) -> str:
     if len(set(hop)) == 1:
         return f"{hop[0]} per relation"
     return ",".join(f"{r.name}={f}" for r, f in zip(schema.relations, hop) if f)
+
+
+@dataclass(frozen=True)
+class TypedPlan:
+    """What the Run asks of a typed run's plan, as of a plain one's Plan: the precision and the train step."""
+
+    precision: Precision
+    step: StepChoice = field(default=StepChoice(False, "step: eager (a typed run's step is not captured)"))
 
 
 class HeteroLoader:
@@ -72,6 +82,8 @@ class HeteroLoader:
         self.ds: Dataset = open_dataset(cfg.data, typed=True)
         self.schema = schema = self.ds.schema
         refuse(cfg, self.ds)
+        self.task = cfg.task_spec  # node classification on the target type
+        self.task.check(self.ds, cfg.data)
         self.fanouts = relation_fanouts(cfg.fanouts, schema)
         layers = len(self.fanouts)
         self.eval_fanouts = ([[-1] * len(schema.relations)] * layers if cfg.evaluation.full else
@@ -79,19 +91,20 @@ class HeteroLoader:
         if len(self.eval_fanouts) != layers:
             raise UsageError(f"--eval-fanouts {cfg.eval_fanouts}: needs {layers} layers, as --fanouts has")
         device = resolve_device(cfg.device)  # as a plain run's plan resolves them
-        self.device, self.precision = torch.device(device), resolve_precision(cfg, device)
+        self.device, self.target = torch.device(device), target_for(device)
+        self.plan = TypedPlan(resolve_precision(cfg, device))
+        self.sizes: dict = {}  # the budget's split, summary.json's "plan" (open)
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.ds.path.name
         if self.group.active:  # one machine's ranks must not share a workdir, as a plain run's
             self.workdir = self.workdir / f"rank-{self.group.rank}"
         self.labels = np.asarray(self.ds.labels)
         self.features = TypedRows(self.ds, cfg.backend)
-        self.tables = HeteroTables(cfg, schema, self.workdir)
-        self.hot: dict[str, np.ndarray] = {}  # the tables' rows the plan holds in memory
+        self.tables = TypeTables(cfg, schema, self.workdir)
+        self.model: HeteroGNN | None = None  # the model the plan was sized with (open), the one the Run trains
         self.budget = parse_size(cfg.memory_budget, "--memory-budget")
         self.threads = cfg.threads or None
         self._lock = None
         self.epochs: OfflineEpochs | None = None
-        self.plan: dict = {}
         self.pack_memory = defaults.PACK_MEMORY
         self._eval_files: dict[str, EpochFiles] = {}  # sampled and packed once, on first use
         # what a checkpoint keeps of the data side: the train passes' disk bytes (the tiers' counters are per type)
@@ -120,7 +133,7 @@ class HeteroLoader:
         if self._lock is not None:
             return self
         cfg = self.cfg
-        model = model or self.new_model()
+        model = self.model = model or self.new_model()
         self._lock = hold_workdir(self.workdir)
         save(cfg, self.workdir / "config.yaml")
         s = self.schema
@@ -215,7 +228,8 @@ class HeteroLoader:
         costs.update(self.tables.held_row_bytes())
         chosen = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
         self.features.place(self.epochs.place_held(chosen))
-        self.hot = {name: ids for name, ids in chosen.items() if name in table_types}
+        hot = {name: ids for name, ids in chosen.items() if name in table_types}
+        self.tables.hold(hot, self.say)
         placed = {name: int(ids.size) for name, ids in chosen.items()}
         hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
         blowup = cfg.max_blowup if cfg.max_blowup is not None else float("inf")  # each type's packs capped
@@ -230,18 +244,18 @@ class HeteroLoader:
             raise DiskgnnError(f"{self.workdir}: needs ~{format_size(disk)} of disk for samples and packs "
                                f"({copies:.2f} epochs' at once) and tables, {format_size(free)} free (use --workdir "
                                "elsewhere, raise --host-cache or --memory-budget, or lower --eval-max-batches)")
-        self.plan = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
+        self.sizes = {"budget_bytes": self.budget, "base_bytes": base, "model_bytes": model_bytes,
                      "working_set_bytes": working, "pack_memory_bytes": self.pack_memory + int(plan_rows),
                      "recent_batches": window,
                      "table_memory_bytes": tables, "host_tier_bytes": self.features.held_bytes() + sum(
-                         ids.size * self.tables.held_row_bytes()[n] for n, ids in self.hot.items()),
+                         ids.size * self.tables.held_row_bytes()[n] for n, ids in hot.items()),
                      "host_tier_rows": placed,
                      "expected_hit_rate": {n: hits.get(n, 0) / max(1, reads[n]) for n in reads},
                      "packs_bytes_per_epoch": pack_bytes, "disk_needed": disk, "disk_free": free,
                      "backend": self.features.backend_name}
         self.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and optimizer "
                  f"{format_size(model_bytes)}, working set {format_size(working)}, host tier "
-                 f"{format_size(self.plan['host_tier_bytes'])} ("
+                 f"{format_size(self.sizes['host_tier_bytes'])} ("
                  + ", ".join(f"{n}{' table' if n in table_types else ''} {placed.get(n, 0):,} rows, "
                              f"{hits.get(n, 0) / max(1, reads[n]):.0%} of epoch 0's reads" for n in reads)
                  + f"), packer {format_size(self.pack_memory + plan_rows)}"
@@ -345,10 +359,10 @@ class HeteroLoader:
         """The data side of summary.json."""
         features = self.features.summary()
         disk = int(sum(st["bytes_read"] for st in features.values()))
-        return {"heterogeneous": True, "plan": self.plan, "features": features, "disk_bytes": disk,
+        return {"heterogeneous": True, "plan": self.sizes, "features": features, "disk_bytes": disk,
                 "disk_bytes_read": disk, "offline": self.offline, "sample_s": self.epochs.sample_s,
                 "pack_s": self.epochs.pack_s, "bottleneck": None, "memory_budget_bytes": self.budget,
-                "backend": self.plan.get("backend"), "device": str(self.device), "dataset": str(self.ds.path)}
+                "backend": self.sizes.get("backend"), "device": str(self.device), "dataset": str(self.ds.path)}
 
     def close(self) -> None:
         if self.epochs is not None:
