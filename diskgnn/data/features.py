@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import DiskgnnError
+from ..errors import UsageError
 from .format import Dataset
-from .quantize.variants import load_quantized
+from .quantize.variants import load_quantized, variant_key
 
 RAW_FEATURES = "fp32"  # the name (--features) of features.bin as stored, whatever its dtype
 
@@ -82,19 +82,37 @@ class FeatureSource:
         return self.decoder.decode_bytes(rows)
 
 
+def type_variants(features: str, schema, option: str = "--features") -> dict[str, str]:
+    """--features on a typed graph, per featured node type: one variant for every type (`sq8`), or `type=variant`
+    pairs, comma-separated (`paper=sq4,term=fp32`; a type not named: fp32). A variant's own commas stay its own
+    (`paper=vq:w=16,L=2048`): a new pair starts only where a featured type's name and "=" begin the item."""
+    featured, names = [t.name for t in schema.types if t.feature_dim], [t.name for t in schema.types]
+    items = features.split(",")
+    if not any(item.split("=", 1)[0] in names and "=" in item for item in items):
+        return dict.fromkeys(featured, features)
+    out, name = dict.fromkeys(featured, RAW_FEATURES), None
+    for item in items:
+        head, _, rest = item.partition("=")
+        if head in featured and rest:
+            name, out[head] = head, rest
+        elif name is None or head in names:
+            raise UsageError(f"{option} {features}: {item!r} names no featured node type (those: "
+                             f"{', '.join(featured)})")
+        else:
+            out[name] += "," + item
+    return out
+
+
 def feature_source(ds: Dataset, name: str = RAW_FEATURES, node_type: str | None = None) -> FeatureSource:
     """The rows training reads of a node type (a homogeneous dataset's one type; a typed dataset's `node_type`): its
     stored features for `fp32`, else the stored quantized variant `name`."""
+    dim = ds.schema.type(node_type).feature_dim if ds.typed else ds.feature_dim
     if name == RAW_FEATURES:
         kind = ds.feature_kind(node_type)
-        dim = ds.schema.type(node_type).feature_dim if ds.typed else ds.feature_dim
         return FeatureSource(RAW_FEATURES, ds.file_path(kind), ds.array(kind), AsFloat32(),
                              ds.manifest["files"][kind]["checksum"], dim)
-    if ds.typed:
-        raise DiskgnnError(f"{ds.path}: quantized variants are not stored per node type; train from the stored "
-                           "features (fp32)")
-    q = load_quantized(ds, name)
-    entry = ds.manifest["quantized"][q.quantizer.spec]
+    node_type = node_type if ds.typed else None
+    q = load_quantized(ds, name, node_type)
+    entry = ds.manifest["quantized"][variant_key(q.quantizer.spec, node_type)]
     checksum = ds.manifest["files"][entry["codes"]]["checksum"]
-    return FeatureSource(q.quantizer.spec, q.path, q.codes, q.quantizer, checksum, ds.feature_dim,
-                         entry["fit"].get("report"))
+    return FeatureSource(q.quantizer.spec, q.path, q.codes, q.quantizer, checksum, dim, entry["fit"].get("report"))

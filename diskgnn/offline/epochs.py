@@ -35,7 +35,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..data.features import RAW_FEATURES, FeatureSource, feature_source
+from ..data.features import FeatureSource
 from ..data.format import Dataset
 from .batches import TypeView
 from .link_batches import LinkEpoch, LinkSpec
@@ -93,11 +93,12 @@ class EpochSpec:
 
 
 def pack_types(dataset: Dataset, samples, placements: dict[str, Placement], out_dir, name: str, *, pack_memory: int,
-               threads: int | None = None, max_blowup: float | None = None,
+               sources: dict[str, FeatureSource], threads: int | None = None, max_blowup: float | None = None,
                recent: int = 0) -> tuple[dict[str, PackFile], dict]:
     """A typed epoch's packs: per featured node type, each batch's rows of that type its memory tier
     (`placements[type]`) does not hold, written into `out_dir/<name>.<type>.packs` by pack_epoch from the type's view
-    of the sample file (one front-to-back pass over its features). The types are packed one after another: their
+    of the sample file (one front-to-back pass over its rows, `sources[type]`: as stored, or a quantized variant's
+    code rows). The types are packed one after another: their
     rows differ in size, each has its own feature file, and the packer's buffers are then one type's at a time.
     `max_blowup` caps each type's packed rows against that type's count, `recent` leaves out of each type's packs
     the rows one of the `recent` batches before read (each type's store has its recent-rows tier), as for one
@@ -107,7 +108,7 @@ def pack_types(dataset: Dataset, samples, placements: dict[str, Placement], out_
         if not ty.feature_dim:
             continue
         packs = pack_epoch(None, TypeView(samples, t), placements[ty.name], Path(out_dir) / f"{name}.{ty.name}.packs",
-                           features=feature_source(dataset, RAW_FEATURES, ty.name), pack_memory=pack_memory,
+                           features=sources[ty.name], pack_memory=pack_memory,
                            threads=threads, max_blowup=max_blowup, recent=recent)
         files[ty.name] = packs
         for key, value in packs.packing.items():
@@ -266,8 +267,8 @@ class OfflineEpochs:
         spec = self.spec
         if self.typed:
             packs, stats = pack_types(self.dataset, samples, self.placement, self.dir, name.removesuffix(".packs"),
-                                      pack_memory=spec.pack_memory, threads=spec.threads, max_blowup=spec.max_blowup,
-                                      recent=recent)
+                                      pack_memory=spec.pack_memory, sources=self.source, threads=spec.threads,
+                                      max_blowup=spec.max_blowup, recent=recent)
         else:
             packs = pack_epoch(self.dataset, samples, self.placement, self.dir / name, max_blowup=spec.max_blowup,
                                pack_memory=spec.pack_memory, threads=spec.threads, features=self.source,

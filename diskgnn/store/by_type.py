@@ -13,7 +13,7 @@ import contextlib
 import numpy as np
 
 from .. import defaults
-from ..data.features import feature_source
+from ..data.features import RAW_FEATURES, feature_source
 from ..data.format import Dataset
 from ..io.reader import FileReader
 from ..offline.batches import Batch
@@ -29,10 +29,11 @@ class TypedRows:
     then a batch's pack region of the type, or, without packs, its feature file. What every store of a type served
     is counted in one place (`stats[type]`, by tier)."""
 
-    def __init__(self, dataset: Dataset, backend: str = "auto"):
+    def __init__(self, dataset: Dataset, backend: str = "auto", variants: dict[str, str] | None = None):
+        """`variants`: each featured type's rows (data/features.py's type_variants; default: as stored)."""
         self.dataset, self.backend = dataset, backend
-        self.sources = {t.name: feature_source(dataset, node_type=t.name) for t in dataset.schema.types
-                        if t.feature_dim}
+        self.sources = {t.name: feature_source(dataset, (variants or {}).get(t.name, RAW_FEATURES), t.name)
+                        for t in dataset.schema.types if t.feature_dim}
         self.stats: dict[str, dict[str, TierStats]] = {name: {} for name in self.sources}
         # no rows held until placed: nothing to load
         self.placements = {name: held_placement(src.num_rows, np.empty(0, np.int64))

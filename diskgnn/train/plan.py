@@ -229,13 +229,27 @@ def make_plan(ds: Dataset, source: FeatureSource, cfg: TrainConfig, world: int =
                     lambda: host_gather(device, cfg.zero_copy, source.row_bytes), world)
 
 
+def check_fidelity(source: FeatureSource, cfg: TrainConfig, node_type: str | None = None) -> None:
+    """Refuses a quantized variant whose fit was refused (kept with quantize --force) unless --force-features."""
+    if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
+        whose = f"{node_type}'s {source.name}" if node_type else "its"
+        raise DiskgnnError(f"--features {cfg.features}: {whose} fit was refused ({fidelity.refusal(source.fidelity)}) "
+                           "and stored with quantize --force; pass --force-features to train on it anyway")
+
+
+@dataclass(frozen=True)
+class TypedPlan:
+    """What the Run asks of a typed run's plan (train/hetero/loader.py), as of a Plan: the precision, the step."""
+
+    precision: Precision
+    step: StepChoice = field(default=StepChoice(False, "step: eager (a typed run's step is not captured)"))
+
+
 def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str,
              gather: Callable[[], HostGather], world: int = 1) -> Plan:
     """make_plan's planning, the device's decisions given (`gather` is called once the budget is known to
     hold the run: it may calibrate)."""
-    if source.fidelity and source.fidelity.get("refused") and not cfg.force_features:
-        raise DiskgnnError(f"--features {source.name}: its fit was refused ({fidelity.refusal(source.fidelity)}) "
-                           "and stored with quantize --force; pass --force-features to train on it anyway")
+    check_fidelity(source, cfg)
     precision = Precision(precision)
     pilot = cfg.task_spec.pilot_rows(ds)
     rows = None if pilot is None else min(pilot, batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)[0][0])

@@ -62,7 +62,8 @@ def test_packed_rows_match_numpy(tmp_path, tier_rows):
     counts = {t: np.ones(ds.schema.type(t).count, np.int64) for t in ("paper", "term")}
     held = densest(counts, {"paper": 12 * 4 + 8, "term": 4097 * 4 + 8}, tier_rows * (4097 * 4 + 8))
     rows.place({n: held_placement(rows.sources[n].num_rows, ids, counts[n]) for n, ids in held.items()})
-    packs, stats = pack_types(ds, samples, rows.placements, tmp_path, "e", pack_memory=64 << 20, threads=2)
+    packs, stats = pack_types(ds, samples, rows.placements, tmp_path, "e", pack_memory=64 << 20, threads=2,
+                              sources=rows.sources)
     assert sorted(packs) == ["paper", "term"]
     stores = rows.stores(packs)
     names = [t.name for t in ds.schema.types]

@@ -291,10 +291,33 @@ def test_max_blowup_caps_each_types_packs(hds, tmp_path):
     assert capped["train_loss"] == free["train_loss"] and capped["test_acc"] == free["test_acc"]
 
 
+def test_quantized_rows_per_type_train_and_read_fewer_bytes(tmp_path):
+    """--features sq8 on a typed graph: each featured type's code rows are placed, packed and read, decoded per type
+    (a quarter of the bytes the float32 rows take); `paper=sq8` quantizes the papers alone; the model learns from
+    either; a variant a type lacks is one line."""
+    from diskgnn.data.quantize.cli import quantize_dataset
+
+    data = small_hetero(tmp_path, learnable=True)
+    quantize_dataset(data, ["sq8"], memory_budget="512MiB")
+    args = ("--epochs", "8", "--lr", "0.005", "--fanouts", "4,4", "--host-cache", "0")
+    raw, _ = train(data, tmp_path / "raw", *args)
+    sq8, out = train(data, tmp_path / "sq8", *args, "--features", "sq8")
+    papers, _ = train(data, tmp_path / "p", *args, "--features", "paper=sq8")
+    assert raw["features"]["term"]["rows"] == sq8["features"]["term"]["rows"] > 0  # the same batches
+    for ty in ("paper", "term"):  # 4 KiB-padded pack regions: at most as many bytes, far fewer for 4097-d terms
+        assert sq8["features"][ty]["bytes_read"] <= raw["features"][ty]["bytes_read"]
+    assert sq8["features"]["term"]["bytes_read"] < raw["features"]["term"]["bytes_read"] / 3
+    assert papers["features"]["term"]["bytes_read"] == raw["features"]["term"]["bytes_read"]
+    assert sq8["test_acc"] > 0.6 and papers["test_acc"] > 0.6, out  # chance: a third
+    proc = run_module("diskgnn.train", "--data", data, "--workdir", tmp_path / "w", "--features", "lin4")
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode != 0 and len(lines) == 1 and "no quantized features paper/lin4" in lines[0]
+
+
 @pytest.mark.parametrize("flags,match", [
     (["--hag", "on"], "--hag on: HAGs"),
     (["--model", "gat", "--heads", "3"], "--hidden 256: gat needs a multiple of --heads 3"),
-    (["--features", "sq8"], "--features sq8: quantized rows per node type"),
+    (["--features", "author=sq8"], "--features author=sq8: 'author=sq8' names no featured node type"),
     (["--fanouts", "nope=3"], "--fanouts: 'nope' is not a relation of this graph"),
     (["--embeddings", "8"], "--embeddings: featureless node types of a heterogeneous graph get theirs"),
     (["--memory-budget", "300MiB"], "--memory-budget 300MiB: the run needs about"),

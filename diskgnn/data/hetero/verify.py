@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from ... import defaults
-from ..format import SPLITS, checksum_problems
-from ..format import Dataset
+from ..format import SPLITS, Dataset, checksum_problems
+from ..quantize.variants import check_quantized
 from .format import read_hetero_manifest
 from .prepare import labeled
 
@@ -87,4 +87,5 @@ def verify_hetero(path) -> list[str]:
                 if not np.isfinite(x[lo:lo + rows]).all():
                     problems.append(f"{ds.file_path(f'features/{t.name}')}: NaN or inf near row {lo}")
                     break
-    return problems
+    # each featured type's quantized variants (a corrupted file is named by the checksums above already)
+    return problems + [p for p in check_quantized(path, m) if p not in problems]

@@ -4,7 +4,9 @@ A variant is two files beside features.bin (docs/quantization.md): the code
 rows (`features.<slug>.bin`, uint8 [num_nodes, code_bytes]) and the fitted
 parameters (`features.<slug>.params.bin`, named arrays at 64-byte offsets),
 both listed with their checksums in the manifest's `files`, and an entry in
-its `quantized` object.
+its `quantized` object. A typed dataset's variants are per featured node type:
+`features-<type>.<slug>.bin` and its params, under the key `<type>/<spec>`,
+the entry naming its `node_type`.
 """
 
 from __future__ import annotations
@@ -37,10 +39,20 @@ class QuantizedFeatures(NamedTuple):
     path: Path
 
 
-def file_kinds(spec: str) -> tuple[str, str]:
-    """Manifest kinds (file names without .bin) of a variant's code and params files."""
-    slug = spec_slug(spec)
-    return f"features.{slug}", f"features.{slug}.params"
+def file_kinds(spec: str, node_type: str | None = None) -> tuple[str, str]:
+    """Manifest kinds of a variant's code and params files (a typed dataset's: of a node type's)."""
+    slug, base = spec_slug(spec), "features" if node_type is None else f"features/{node_type}"
+    return f"{base}.{slug}", f"{base}.{slug}.params"
+
+
+def file_name(kind: str) -> str:
+    """The file of a manifest kind, as prepare names them ("/" a "-")."""
+    return kind.replace("/", "-") + ".bin"
+
+
+def variant_key(spec: str, node_type: str | None = None) -> str:
+    """The manifest's `quantized` key of a variant: its spec, or a typed dataset's `<type>/<spec>`."""
+    return spec if node_type is None else f"{node_type}/{spec}"
 
 
 def _read_params(path: Path, entry: dict, layout: dict) -> dict[str, np.ndarray]:
@@ -57,18 +69,18 @@ def _read_params(path: Path, entry: dict, layout: dict) -> dict[str, np.ndarray]
     return arrays
 
 
-def load_quantized(ds: Dataset, spec: str) -> QuantizedFeatures:
-    """The stored variant `spec` of a dataset (any spelling of the spec)."""
+def load_quantized(ds: Dataset, spec: str, node_type: str | None = None) -> QuantizedFeatures:
+    """The stored variant `spec` of a dataset (any spelling of the spec), of a typed dataset's `node_type`."""
     spec = canonical_spec(spec)
-    stored = ds.manifest.get("quantized", {})
-    if spec not in stored:
+    stored, key = ds.manifest.get("quantized", {}), variant_key(spec, node_type)
+    if key not in stored:
         have = ", ".join(stored) or "none"
-        raise DiskgnnError(f"{ds.path}: no quantized features {spec} (stored: {have}); "
-                           f"add them with python -m diskgnn.quantize {ds.path} --spec {spec}")
-    entry = stored[spec]
+        raise DiskgnnError(f"{ds.path}: no quantized features {key} (stored: {have}); add them with python -m "
+                           f"diskgnn.quantize {ds.path} --spec {spec}" + (f" --types {node_type}" if node_type else ""))
+    entry = stored[key]
     params_entry = ds.manifest["files"][entry["params"]]
     arrays = _read_params(ds.path / params_entry["name"], params_entry, entry["arrays"])
-    q = from_state(spec, ds.feature_dim, arrays)
+    q = from_state(spec, ds.schema.type(node_type).feature_dim if node_type else ds.feature_dim, arrays)
     if q.code_bytes != entry["code_bytes"]:
         raise DiskgnnError(f"{ds.path}: {spec} rows are {entry['code_bytes']} bytes, expected {q.code_bytes}")
     return QuantizedFeatures(q, ds.array(entry["codes"]), ds.file_path(entry["codes"]))
@@ -143,14 +155,15 @@ def encode_file(q: Quantizer, features: Path, dtype, num_rows: int, writer: Arra
 
 def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, out_dir: Path, *,
                     work_bytes: int, sample_rows: int | None = None, seed: int = 0, force: bool = False,
-                    temp: bool = False) -> tuple[Quantizer, dict, dict]:
+                    temp: bool = False, node_type: str | None = None) -> tuple[Quantizer, dict, dict]:
     """Fits `spec` on a seeded sample of a raw feature file's rows and encodes the file streaming.
 
     The fit is measured on held-back rows first (fidelity.report); one that crosses the thresholds
     is refused, naming a spec that passes, unless `force`.
 
     Writes the code and params files in `out_dir` (under their temporary names with `temp`: temp_path),
-    holding about `work_bytes` of memory. Returns the quantizer, the manifest
+    holding about `work_bytes` of memory (a typed dataset's `node_type`: its files and entry). Returns the
+    quantizer, the manifest
     file entries by kind (with their final names) and the variant's entry for
     the manifest's `quantized` object.
     """
@@ -181,24 +194,25 @@ def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, o
         report["instead"] = (f"use {better[0]} instead (mean cosine {better[1]['mean_cosine']:.3f})" if better
                              else "use fp32 (no quantizer passes)")
         if not force:
-            raise DiskgnnError(f"quantize {q.spec}: refused: {fidelity.refusal(report)}, or keep it with "
-                               "python -m diskgnn.quantize --force")
+            raise DiskgnnError(f"quantize {variant_key(q.spec, node_type)}: refused: {fidelity.refusal(report)}, or "
+                               "keep it with python -m diskgnn.quantize --force")
     data = fidelity.describe_data(sample)
     del sample, held
 
-    codes_kind, params_kind = file_kinds(q.spec)
+    codes_kind, params_kind = file_kinds(q.spec, node_type)
     where = temp_path if temp else Path
-    codes_w = ArrayFileWriter(where(out_dir / f"{codes_kind}.bin"), np.uint8, (q.code_bytes,))
+    codes_w = ArrayFileWriter(where(out_dir / file_name(codes_kind)), np.uint8, (q.code_bytes,))
     try:
         encode_file(q, features, dtype, num_rows, codes_w, work_bytes)
     except BaseException:
         codes_w.abort()
         raise
     codes_entry = codes_w.close()
-    params_entry, layout = _write_params(where(out_dir / f"{params_kind}.bin"), q.state())
-    codes_entry["name"], params_entry["name"] = f"{codes_kind}.bin", f"{params_kind}.bin"
+    params_entry, layout = _write_params(where(out_dir / file_name(params_kind)), q.state())
+    codes_entry["name"], params_entry["name"] = file_name(codes_kind), file_name(params_kind)
     entry = {
         "codes": codes_kind, "params": params_kind, "code_bytes": q.code_bytes, "arrays": layout,
+        **({"node_type": node_type, "spec": q.spec} if node_type else {}),
         "fit": {"sample_rows": count, "seed": seed, "data": data, "shape": q.shape._asdict(),
                 "report": report},
     }
@@ -208,18 +222,21 @@ def write_quantized(features: Path, dtype, num_rows: int, dim: int, spec: str, o
 def check_quantized(path: Path, manifest: dict, chunk_bytes: int = defaults.VERIFY_CHUNK_BYTES) -> list[str]:
     """verify's checks of the quantized variants: params load, shapes agree, every code row valid."""
     problems = []
-    for spec, entry in manifest.get("quantized", {}).items():
+    ds = Dataset(path, manifest)
+    for key, entry in manifest.get("quantized", {}).items():
         missing = [k for k in (entry.get("codes"), entry.get("params")) if k not in manifest["files"]]
         if missing:
-            problems.append(f"{path / MANIFEST}: quantized {spec} names files {missing} it does not list")
+            problems.append(f"{path / MANIFEST}: quantized {key} names files {missing} it does not list")
             continue
+        node_type = entry.get("node_type")
         try:
-            q, codes, cpath = load_quantized(Dataset(path, manifest), spec)
+            q, codes, cpath = load_quantized(ds, entry.get("spec", key), node_type)
         except DiskgnnError as e:
             problems.append(str(e))
             continue
-        if codes.shape != (manifest["num_nodes"], q.code_bytes):
-            problems.append(f"{cpath}: shape {list(codes.shape)}, expected [{manifest['num_nodes']}, {q.code_bytes}]")
+        count = ds.schema.type(node_type).count if node_type else manifest["num_nodes"]
+        if codes.shape != (count, q.code_bytes):
+            problems.append(f"{cpath}: shape {list(codes.shape)}, expected [{count}, {q.code_bytes}]")
             continue
         rows = max(1, chunk_bytes // q.code_bytes)
         with open(cpath, "rb") as f:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ...data.features import RAW_FEATURES
 from ...errors import UsageError
 
 
@@ -19,9 +18,6 @@ def refuse(cfg, ds) -> None:
     if not cfg.hag_mode.off:
         raise UsageError(f"--hag {cfg.hag}: HAGs share partial sums of one relation's neighbour lists; not built for "
                          "heterogeneous graphs")
-    if cfg.features != RAW_FEATURES:
-        raise UsageError(f"--features {cfg.features}: quantized rows per node type are not built; heterogeneous graphs "
-                         "train from the stored features")
     if cfg.embeddings:
         raise UsageError("--embeddings: featureless node types of a heterogeneous graph get theirs from --featureless "
                          "(table: the same store, out of core, per type; learned; hashed)")

@@ -25,7 +25,6 @@ per type by OfflineEpochs; the plan checks the disk their files take at once.
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -33,6 +32,7 @@ import numpy as np
 import torch
 
 from ... import defaults
+from ...data.features import type_variants
 from ...data.format import Dataset, open_dataset
 from ...data.schema import relation_fanouts
 from ...distributed.group import Group
@@ -45,12 +45,10 @@ from ...offline.placement import densest
 from ...offline.sample import open_graph
 from ...store.by_type import TypedRows
 from ...target import target_for
-from ...target.graphed import StepChoice
 from ...units import format_size, parse_size
 from ..options import from_options, save
-from ..plan import disk_copies, resolve_device, resolve_precision
+from ..plan import TypedPlan, check_fidelity, disk_copies, resolve_device, resolve_precision
 from ..report import distributed_line
-from ..modes import Precision
 from ..tables import TypeTables
 from ..tasks.base import EVAL_EPOCH
 from ..workdir import hold_workdir
@@ -61,14 +59,6 @@ def _hop_text(schema, hop) -> str:
     if len(set(hop)) == 1:
         return f"{hop[0]} per relation"
     return ",".join(f"{r.name}={f}" for r, f in zip(schema.relations, hop) if f)
-
-
-@dataclass(frozen=True)
-class TypedPlan:
-    """What the Run asks of a typed run's plan, as of a plain one's Plan: the precision and the train step."""
-
-    precision: Precision
-    step: StepChoice = field(default=StepChoice(False, "step: eager (a typed run's step is not captured)"))
 
 
 class HeteroLoader:
@@ -98,7 +88,10 @@ class HeteroLoader:
         if self.group.active:  # one machine's ranks must not share a workdir, as a plain run's
             self.workdir = self.workdir / f"rank-{self.group.rank}"
         self.labels = np.asarray(self.ds.labels)
-        self.features = TypedRows(self.ds, cfg.backend)
+        # each featured type's rows as stored or a quantized variant's codes (--features), decoded per type
+        self.features = TypedRows(self.ds, cfg.backend, type_variants(cfg.features, schema))
+        for name, src in self.features.sources.items():
+            check_fidelity(src, cfg, name)
         self.tables = TypeTables(cfg, schema, self.workdir)
         self.model: HeteroGNN | None = None  # the model the plan was sized with (open), the one the Run trains
         self.budget = parse_size(cfg.memory_budget, "--memory-budget")
@@ -185,7 +178,8 @@ class HeteroLoader:
                 if ty.name in table_types:
                     counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
                 if ty.feature_dim:
-                    rows += ids.size * (ty.row_bytes + 4 * ty.feature_dim)  # as read, and as float32
+                    # as read (stored or code rows), and as float32
+                    rows += ids.size * (self.features.sources[ty.name].row_bytes + 4 * ty.feature_dim)
                 elif ty.name in table_types:
                     table_rows[ty.name] = max(table_rows[ty.name], ids.size)
                     rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
@@ -233,8 +227,9 @@ class HeteroLoader:
         placed = {name: int(ids.size) for name, ids in chosen.items()}
         hits = {name: int(counts[name][ids].sum()) for name, ids in chosen.items()}
         blowup = cfg.max_blowup if cfg.max_blowup is not None else float("inf")  # each type's packs capped
-        pack_bytes = sum(min((reads[t.name] - hits.get(t.name, 0)) * t.row_bytes + 4096 * len(epoch0),
-                             blowup * t.count * t.row_bytes) for t in s.types if t.feature_dim)
+        stored = {name: src.row_bytes for name, src in self.features.sources.items()}
+        pack_bytes = sum(min((reads[n] - hits.get(n, 0)) * b + 4096 * len(epoch0), blowup * s.type(n).count * b)
+                         for n, b in stored.items())
         pack_bytes = int(pack_bytes)
         copies = disk_copies(cfg, *(self.ds.split(n).size for n in ("train", "val", "test")), cfg.batch_size,
                              streamed=False)

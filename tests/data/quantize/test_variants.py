@@ -169,3 +169,38 @@ def test_quantize_stays_inside_the_memory_budget(tmp_path):
     peaks = [int(p) for p in re.findall(r"peak RSS (\d+) bytes", proc.stdout)]
     assert len(peaks) == 2 and 0 < max(peaks) <= budget, proc.stdout
     assert verify(tmp_path / "ds") == []
+
+
+def test_a_typed_dataset_is_quantized_per_featured_type(tmp_path):
+    """quantize on a heterogeneous dataset: each featured type (or those --types names) gets its own variant,
+    fitted on its own rows, stored beside its features under `<type>/<spec>` and verified; a featureless or unknown
+    type is refused in one line; each type's codes decode to its rows within the spec's error."""
+    from conftest import small_hetero
+    from diskgnn.data.features import feature_source, type_variants
+
+    data = small_hetero(tmp_path)
+    quantize_dataset(data, ["sq8"], memory_budget="512MiB")
+    quantize_dataset(data, ["lin4"], memory_budget="512MiB", types=["paper"])
+    ds = open_dataset(data, typed=True)
+    assert set(ds.manifest["quantized"]) == {"paper/sq8", "term/sq8", "paper/lin4"}
+    assert ds.manifest["files"]["features/paper.sq8"]["name"] == "features-paper.sq8.bin"
+    from diskgnn.data.hetero.verify import verify_hetero
+
+    assert verify_hetero(data) == []
+    for t in ("paper", "term"):
+        src = feature_source(ds, "sq8", t)
+        raw = np.asarray(ds.type_features(t), np.float32)
+        assert src.rows.shape == (raw.shape[0], src.row_bytes) and src.row_bytes < raw.shape[1] * 4
+        got = src.decode_torch(torch.from_numpy(np.array(src.rows))).numpy()
+        cos = (got * raw).sum(1) / np.maximum(np.linalg.norm(got, axis=1) * np.linalg.norm(raw, axis=1), 1e-12)
+        assert cos.mean() > 0.99, t
+    assert type_variants("sq8", ds.schema) == {"paper": "sq8", "term": "sq8"}
+    assert type_variants("paper=vq:w=4,L=16,term=fp32", ds.schema) == {"paper": "vq:w=4,L=16", "term": "fp32"}
+    assert type_variants("paper=lin4", ds.schema) == {"paper": "lin4", "term": "fp32"}
+    with pytest.raises(DiskgnnError, match="no quantized features term/lin4"):
+        feature_source(ds, "lin4", "term")
+    for types, match in ((["author"], "'author' is not a featured node type"), (["x"], "'x' is not a featured")):
+        proc = run_module("diskgnn.quantize", data, "--spec", "sq4", "--types", ",".join(types))
+        assert proc.returncode != 0 and len(proc.stderr.strip().splitlines()) == 1 and match in proc.stderr
+    with pytest.raises(Exception, match="'author=sq8' names no featured node type"):
+        type_variants("paper=sq8,author=sq8", ds.schema)
