@@ -25,12 +25,13 @@ from ..data.files import write_atomic
 from ..distributed.group import Group, is_group_failure, join, lost
 from ..data.format import read_manifest
 from ..data.hetero.format import is_hetero
-from ..errors import DiskgnnError, UsageError, raise_if_interrupted
+from ..errors import DiskgnnError, raise_if_interrupted
 from ..memory import AnonPeak, limit_malloc_arenas, peak_rss_bytes, process_age_s
 from ..units import format_size
 from .checkpoints import Checkpoints, EpochState, check_same_run, training_state
 from .config import TrainConfig
 from .run import Run
+from .validation import validate_graph_kind
 
 
 
@@ -64,12 +65,7 @@ def _heterogeneous(cfg: TrainConfig) -> bool:
     """Whether --data is a heterogeneous dataset (its Run's data side is train/hetero/loader.py's); options only
     such a dataset takes are refused on a homogeneous one."""
     hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
-    if not hetero and cfg.per_relation:
-        raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
-    if hetero and cfg.cuda_graphs == "on":
-        raise UsageError("--cuda-graphs on: a heterogeneous run's step is eager, so far")
-    if not hetero and cfg.model == "rgcn":
-        raise UsageError("--model rgcn: needs a heterogeneous dataset (its relations)")
+    validate_graph_kind(cfg, hetero)
     return hetero
 
 

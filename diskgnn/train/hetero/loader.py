@@ -51,8 +51,8 @@ from ..plan import TypedPlan, check_fidelity, disk_copies, resolve_device, resol
 from ..report import distributed_line
 from ..tables import TypeTables
 from ..tasks.base import EVAL_EPOCH
+from ..validation import validate_graph_kind
 from ..workdir import hold_workdir
-from .checks import refuse
 
 
 def _hop_text(schema, hop) -> str:
@@ -71,7 +71,7 @@ class HeteroLoader:
         self.log, self.group = log, group or Group()
         self.ds: Dataset = open_dataset(cfg.data, typed=True)
         self.schema = schema = self.ds.schema
-        refuse(cfg, self.ds)
+        validate_graph_kind(cfg, True)
         self.task = cfg.task_spec  # node classification on the target type
         self.task.check(self.ds, cfg.data)
         self.fanouts = relation_fanouts(cfg.fanouts, schema)
