@@ -291,12 +291,14 @@ def test_step_bench_smoke(tmp_path):
 
 
 def test_hetero_bench_smoke(tmp_path):
-    """bench.hetero at tiny size: a MAG-shaped graph prepared, trained one epoch under a cgroup cap, its JSON."""
+    """bench.hetero at tiny size: a MAG-shaped graph prepared, trained one epoch under a cgroup cap from its stored
+    rows and from their sq8 codes (quantized under the cap), its JSON with both runs and their ratios."""
     from bench import hetero
     from bench.harness.memcap import CapUnavailable
 
     try:
-        result = hetero.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "h.json")])
+        result = hetero.main(["--smoke", "--workdir", str(tmp_path / "work"), "--out", str(tmp_path / "h.json"),
+                              "--features", "sq8"])
     except CapUnavailable as e:
         pytest.skip(f"no memory cgroup here ({e}); the cap itself is tested in tests/bench/test_memcap.py")
     saved = json.loads((tmp_path / "h.json").read_text())
@@ -306,6 +308,9 @@ def test_hetero_bench_smoke(tmp_path):
                                                                    "io_uring", "pread")
     assert saved["cgroup"]["returncode"] == 0 and not saved["cgroup"]["oom_killed"]
     assert saved["peak_anon_bytes"] <= 1536 << 20
+    q = saved["quantized"]
+    assert q["features"] == ["sq8"] and q["cgroup"]["returncode"] == 0 and 0 <= q["val_acc"][0] <= 1
+    assert 0 < saved["ratios"]["disk_bytes"] <= 1 and saved["ratios"]["epoch_time"] > 0
 
 
 def test_link_bench_smoke(tmp_path, monkeypatch):
