@@ -242,7 +242,7 @@ class TypedPlan:
     """What the Run asks of a typed run's plan (train/hetero/loader.py), as of a Plan: the precision, the step."""
 
     precision: Precision
-    step: StepChoice = field(default=StepChoice(False, "step: eager (a typed run's step is not captured)"))
+    step: StepChoice = StepChoice(False, "step: eager (a typed run's step is not captured)")
 
 
 def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str,

@@ -59,12 +59,12 @@ def validate(cfg) -> None:
     if cfg.features != RAW_FEATURES:
         # a misspelt spec is refused before any work; whether it is stored, when the data is opened (as are a
         # typed graph's `type=variant` pairs, whose types only the data knows)
-        for spec in (cfg.features,) if "=" not in cfg.features.split(":")[0] else ():
-            try:
-                canonical_spec(spec)
-            except DiskgnnError as e:
-                raise UsageError(f"--features {cfg.features}: expected {RAW_FEATURES} or a quantized variant: "
-                                 f"{e}") from None
+        try:
+            if "=" not in cfg.features.split(":")[0]:
+                canonical_spec(cfg.features)
+        except DiskgnnError as e:
+            raise UsageError(f"--features {cfg.features}: expected {RAW_FEATURES} or a quantized variant: "
+                             f"{e}") from None
     if cfg.task == "link":
         _validate_link(cfg)
     if cfg.embeddings:

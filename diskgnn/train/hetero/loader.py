@@ -184,11 +184,10 @@ class HeteroLoader:
                     table_rows[ty.name] = max(table_rows[ty.name], ids.size)
                     rows += ids.size * (self.tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
+            edges = sum(int(blk.indices.size) for hop in batch.hops for blk in hop if blk is not None)
             if cfg.model == "gat":  # a message per edge, its weighted copy and their gradients
-                step += sum(int(blk.indices.size) for hop in batch.hops for blk in hop if blk is not None) \
-                    * cfg.hidden * 4 * 4
-            # its block tensors
-            rows += sum(int(blk.indices.size) * 40 for hop in batch.hops for blk in hop if blk is not None)
+                step += edges * cfg.hidden * 4 * 4
+            rows += edges * 40  # its block tensors
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
         # the batches in flight hold their rows and blocks, the recent-rows tiers the last window's; one step at a
         # time holds its activations
