@@ -38,7 +38,7 @@ from ..train.checkpoints import Checkpoints
 from ..train.config import TrainConfig, ints
 from ..train.options import load_yaml
 from ..train.plan import resolve_device
-from ..train.run import new_model
+from ..train.model import new_model
 from ..units import parse_size
 from .sampled import sampled_outputs
 from .table import joined_source, write_table

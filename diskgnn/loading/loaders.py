@@ -222,4 +222,4 @@ class OnlineLoader(_Loader):
 
     def disk_bytes(self) -> int:
         """What the reads moved, sector-aligned: an online run reads row by row."""
-        return self.store.chain[-1].reader.file.stats().get("bytes", 0)
+        return self.store.bytes_read()

@@ -26,8 +26,8 @@ from .tiers import TierStats, load_tiers
 class TypedRows:
     """A typed dataset's feature rows, per featured node type through a tier chain of its own (a FeatureStore of
     that type's rows): the memory tier placed for it (placement.densest ranks every type's rows under one budget),
-    then a batch's pack region of the type, or, without packs, its feature file. What every store of a type served
-    is counted in one place (`stats[type]`, by tier)."""
+    then a batch's pack region of the type, or, without packs, its feature file. What the stores of a type served,
+    each pass's counted apart, is summed in one place as each pass ends (`add`: `stats[type]`, by tier)."""
 
     def __init__(self, dataset: Dataset, backend: str = "auto", variants: dict[str, str] | None = None):
         """`variants`: each featured type's rows (data/features.py's type_variants; default: as stored)."""
@@ -54,8 +54,16 @@ class TypedRows:
     def stores(self, packs: dict[str, PackFile] | None = None, read_depth: int = defaults.READ_DEPTH) -> dict:
         """Per featured type a FeatureStore over its tier and `packs[type]` (None: any ids, from the file)."""
         return {name: FeatureStore(self.dataset, self.placements[name], None if packs is None else packs[name],
-                                   backend=self.backend, tiers=self.tiers[name], features=src, read_depth=read_depth,
-                                   stats=self.stats[name]) for name, src in self.sources.items()}
+                                   backend=self.backend, tiers=self.tiers[name], features=src, read_depth=read_depth)
+                for name, src in self.sources.items()}
+
+    def add(self, store: "TypedStore") -> None:
+        """Counts what a pass's store served, per type and tier."""
+        for name, typed in store.stores.items():
+            for st in typed.stats():
+                acc = self.stats[name].setdefault(st.name, TierStats(st.name))
+                acc.hits += st.hits
+                acc.bytes += st.bytes
 
     def held_bytes(self) -> int:
         return sum(p.tier_ids[0].size * (8 + self.sources[n].row_bytes) for n, p in self.placements.items())
@@ -134,6 +142,15 @@ class TypedStore:
             disk.hits += store.disk.hits
             disk.bytes += store.disk.bytes
         return disk
+
+    @property
+    def backend(self) -> str:
+        """The reader the stores read with ("auto" resolved), or none without featured types."""
+        return next((store.backend for store in self.stores.values()), "none")
+
+    def bytes_read(self) -> int:
+        """Bytes the stores' feature files were read for by id (an online pass's)."""
+        return sum(store.bytes_read() for store in self.stores.values())
 
     def close(self) -> None:
         for store in self.stores.values():

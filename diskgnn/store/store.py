@@ -202,15 +202,14 @@ class FeatureStore:
     def __init__(self, dataset: Dataset, placement: Placement, packs: PackFile | None, *, device: str = "cpu",
                  backend: str = "auto", tiers: list[PlacedTier] | None = None,
                  features: FeatureSource | None = None, read_depth: int = defaults.READ_DEPTH,
-                 slab_rows: int = 0, assembly=None, stats: dict[str, TierStats] | None = None):
+                 slab_rows: int = 0, assembly=None):
         """`features`: the rows the packs and tiers hold (default: features.bin); packs of other
         rows are refused. `tiers`: the placement's rows already loaded (load_tiers), shared by the
         stores of several pack files (each epoch's, the eval sets'); loaded here when not given.
         `packs` None: any ids, the rows no tier holds gathered from the feature file. `read_depth`:
         batches whose reads the pipeline keeps in flight (the slabs made are that many plus what its later
         stages hold); `slab_rows`: the plan's bound on a batch's input rows (slabs grow past it when a batch
-        needs more). `assembly`: HostAssembly on a CPU, DeviceAssembly(device) with one (the default). `stats`:
-        counters by tier name that several stores of the same rows add to (default: this store's own)."""
+        needs more). `assembly`: HostAssembly on a CPU, DeviceAssembly(device) with one (the default)."""
         self.source = features or feature_source(dataset)
         self.packs, self.device = packs, device
         self.dtype = torch.from_numpy(np.empty(0, self.source.dtype)).dtype
@@ -224,8 +223,7 @@ class FeatureStore:
             packs.check_features(self.source)
             recent = [RecentTier(packs, self.source, backend)] if packs.batch_rows.window else []
             self.chain = [*placed, *recent, SegmentTier(packs, self.source), PackTier(packs, self.source, backend)]
-        self.tier_stats = [TierStats(t.name) if stats is None else stats.setdefault(t.name, TierStats(t.name))
-                           for t in self.chain]
+        self.tier_stats = [TierStats(t.name) for t in self.chain]
 
     @property
     def backend(self) -> str:
@@ -234,6 +232,10 @@ class FeatureStore:
     @property
     def disk(self) -> TierStats:
         return self.tier_stats[-1]
+
+    def bytes_read(self) -> int:
+        """What the reads of the last tier's file moved, sector-aligned (rows read by id: an online pass's)."""
+        return self.chain[-1].reader.file.stats().get("bytes", 0)
 
     def stats(self) -> list[TierStats]:
         return self.tier_stats

@@ -43,12 +43,12 @@ def versions() -> dict:
 def train(cfg: TrainConfig) -> dict:
     """Runs the whole job; returns the summary (also written to the workdir)."""
     limit_malloc_arenas()
-    typed = _heterogeneous(cfg)
+    _check_graph_kind(cfg)
     group = join(cfg.distributed, cfg.device, cfg.dist_timeout_s)
     finished = False
     try:
         with AnonPeak() as memory:
-            summary = _train(cfg, memory, group, typed)
+            summary = _train(cfg, memory, group)
         finished = True
         group.close(True)
         return summary
@@ -61,12 +61,10 @@ def train(cfg: TrainConfig) -> dict:
             group.close(False)
 
 
-def _heterogeneous(cfg: TrainConfig) -> bool:
-    """Whether --data is a heterogeneous dataset (its Run's data side is train/hetero/loader.py's); options only
-    such a dataset takes are refused on a homogeneous one."""
-    hetero = cfg.data is not None and is_hetero(read_manifest(cfg.data, None))
-    validate_graph_kind(cfg, hetero)
-    return hetero
+def _check_graph_kind(cfg: TrainConfig) -> None:
+    """Refuses what --data's kind of graph does not take before the processes of a group meet (the Loader checks
+    again, for its own users)."""
+    validate_graph_kind(cfg, cfg.data is not None and is_hetero(read_manifest(cfg.data, None)))
 
 
 def _last_state(cfg: TrainConfig, checkpoints: Checkpoints, group: Group):
@@ -109,10 +107,10 @@ def _resume(cfg: TrainConfig, checkpoints: Checkpoints, model, optimizer, group:
     return state["history"], state["best"], state["accounting"], position, state.get("embeddings", {})
 
 
-def _train(cfg: TrainConfig, memory: AnonPeak, group: Group, typed: bool = False) -> dict:
+def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
     # time to accuracy counts the imports, the plan and the first epoch's offline phase too
     started = time.monotonic() - process_age_s()
-    run = Run(cfg, group, typed)
+    run = Run(cfg, group)
     data = run.loader
     model, optimizer = run.model_and_optimizer()
     checkpoints = Checkpoints(data.workdir / "checkpoints")

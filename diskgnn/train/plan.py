@@ -50,7 +50,7 @@ def seeds_of(cfg, train: int, val: int, test: int, eval_batch: int) -> tuple[int
 def disk_copies(cfg, train: int, val: int, test: int, eval_batch: int, streamed: bool = True) -> float:
     """How many epochs' samples and packs the workdir holds at once, in train epochs of seeds: the one training
     and (fresh epochs) the next, being made meanwhile, plus the sampled evaluation's: its sets kept, or two of
-    its `streamed` chunks, an epoch's at most (offline/eval_sets.py; a heterogeneous run keeps its sets whole)."""
+    its `streamed` chunks, an epoch's at most (offline/eval_sets.py)."""
     copies = 1 if cfg.sampling_mode.replay or cfg.epochs == 1 else 2
     if cfg.evaluation.sampled:
         train_seeds, eval_seeds = seeds_of(cfg, train, val, test, eval_batch)
@@ -204,14 +204,17 @@ def _sampler_text(cfg: TrainConfig) -> str:
                      + ([f"batch dependency {cfg.batch_dependency}"] if cfg.batch_dependency > 1 else []))
 
 
-def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource, group, hag) -> EpochSpec:
-    """What the run's offline epochs follow. Under cooperative minibatching every rank samples the whole global
+def offline_spec(plan: Plan, cfg: TrainConfig, source: FeatureSource | dict, group, hag,
+                 fanouts: tuple | None = None) -> EpochSpec:
+    """What the run's offline epochs follow (a typed graph's: `fanouts` per hop and relation, `source` per featured
+    type). Under cooperative minibatching every rank samples the whole global
     batch (world x --batch-size seeds) and places, packs and reads only the input rows it owns; under
     data parallelism each rank keeps its shard of the batches. HAGs are stored with the samples except for
     cooperative runs, whose blocks are each rank's share (searched as they are decoded)."""
     coop = cfg.distribution.cooperative
     return EpochSpec(
-        fanouts=tuple(cfg.fanout_list), batch_size=cfg.batch_size * (group.world if coop else 1), seed=cfg.seed,
+        fanouts=fanouts or tuple(cfg.fanout_list), batch_size=cfg.batch_size * (group.world if coop else 1),
+        seed=cfg.seed,
         pack_memory=plan.pack_memory, features=source, replay=cfg.sampling_mode.replay, max_blowup=cfg.max_blowup,
         threads=cfg.threads, max_batches=cfg.max_batches, read_ahead=plan.topology_read_ahead,
         sampler=cfg.sampler_spec, recent=plan.recent_batches, shard=(0, 1) if coop else (group.rank, group.world),
@@ -235,14 +238,6 @@ def check_fidelity(source: FeatureSource, cfg: TrainConfig, node_type: str | Non
         whose = f"{node_type}'s {source.name}" if node_type else "its"
         raise DiskgnnError(f"--features {cfg.features}: {whose} fit was refused ({fidelity.refusal(source.fidelity)}) "
                            "and stored with quantize --force; pass --force-features to train on it anyway")
-
-
-@dataclass(frozen=True)
-class TypedPlan:
-    """What the Run asks of a typed run's plan (train/hetero/loader.py), as of a Plan: the precision, the step."""
-
-    precision: Precision
-    step: StepChoice = StepChoice(False, "step: eager (a typed run's step is not captured)")
 
 
 def plan_for(ds: Dataset, source: FeatureSource, cfg: TrainConfig, device: str, precision: str,

@@ -1,4 +1,5 @@
-"""The plan as a reader sees it: the lines a run prints and summary.json's "plan" (plan.py holds the numbers)."""
+"""The plan as a reader sees it: the lines a run prints and summary.json's "plan" (plan.py holds the numbers), and
+summary.json's data side (`data_summary`)."""
 
 from __future__ import annotations
 
@@ -128,3 +129,30 @@ def hag_lines(cfg, mode: str) -> list[str]:
                f"aggregation node costs {defaults.HAG_NODE_COST:g}); searched only where its sources' most shared "
                f"pair could make one pay, and no more where the first {defaults.HAG_PROBE_BATCHES} batches had "
                "none")]
+
+
+def data_summary(loader) -> dict:
+    """The data side of summary.json: offline work, pipeline stages, tiers, rows, the plan (a typed run's: its
+    budget's split, and per featured type its rows and bytes)."""
+    times, epochs, plan = loader.stage_times, loader.epochs, loader.plan
+    out = {
+        "sample_s": epochs.sample_s if epochs else 0.0,
+        "pack_s": epochs.pack_s if epochs else 0.0,
+        "offline": dict(epochs.phases) if epochs else {},
+        "stage_times_s": {name: {"busy_s": t.busy_s, "wait_s": t.wait_s, "items": t.items}
+                          for name, t in times.items()},
+        "bottleneck": max(times, key=lambda n: times[n].busy_s) if times else None,
+        "tiers": loader.stats(),
+        "rows_per_batch": loader.rows_per_batch(),
+        "disk_bytes_read": loader.accounting["disk_bytes"],
+        "memory_budget_bytes": plan.budget,
+        "backend": loader.backend,
+        "device": plan.device,
+        "dataset": str(loader.data),
+    }
+    if loader.typed:
+        return {**out, "heterogeneous": True, "plan": plan.sizes, "features": loader.source.summary()}
+    graph = loader.graph_hag() if loader.hag.mode != "off" and loader._graph_hag is not False else None
+    return {**out, "hag": {**loader.hag.stats.to_dict(), **({"graph": graph.stats()} if graph else {})},
+            "features": loader.source.name, "feature_row_bytes": loader.source.row_bytes,
+            "host_gather": plan.host_gather.line, "plan": plan_dict(plan)}

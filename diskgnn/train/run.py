@@ -7,11 +7,11 @@ data-parallel with DDP, or cooperative), train passes that can start mid-epoch
 checkpoints and summary are train/loop.py's. Under torchrun each rank is a
 Run in its own workdir (WORKDIR/rank-R) with its share of the batches and of
 the eval sets (diskgnn/distributed/); its evaluation is summed over the ranks.
-A typed dataset's Run is the same over the typed data side (hetero/loader.py's
-HeteroLoader, which sizes its plan with the typed model it makes): the model
-is called as a plain one is (`model(mb.blocks, x, mb.rows)`), the task is the
-node task on the target type, and its featureless types' tables are the
-run's tables (train/tables.py), as --embeddings' table is a plain run's.
+A typed dataset's Run is the same over the same Loader (which sizes a typed
+plan with the typed model it makes): the model is called as a plain one is
+(`model(mb.blocks, x, mb.rows)`), the task is the node task on the target
+type, and its featureless types' tables are the run's tables
+(train/tables.py), as --embeddings' table is a plain run's.
 """
 
 from __future__ import annotations
@@ -26,35 +26,24 @@ from tqdm import tqdm
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..errors import DiskgnnError
-from ..nn.models import GNN
 from ..target.graphed import CaptureFailed, GraphedStep
 from ..units import Every
 from .checkpoints import EpochState
 from .config import TrainConfig
-from .loader import Loader, Pass
+from .loader import Loader
+from .model import new_model
+from .passes import Pass
 from .modes import Precision
 from .tables import NodeTable
-
-
-def new_model(cfg: TrainConfig, ds) -> GNN:
-    """The model a run of `cfg` trains on `ds`, its task's head included (diskgnn.infer rebuilds it so)."""
-    model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, cfg.task_spec.output_dim(ds),
-                len(cfg.fanout_list), cfg.dropout, cfg.heads)
-    cfg.task_spec.head(model)
-    return model
 
 
 class Run:
     """One training run: its loader, its precision and passes, and the bytes its steps exchanged."""
 
-    def __init__(self, cfg: TrainConfig, group: Group = Group(), typed: bool = False):
-        self.cfg, self.group, self.typed = cfg, group, typed
-        if typed:
-            from .hetero.loader import HeteroLoader
-
-            self.loader = HeteroLoader(config=cfg, group=group).open()
-        else:
-            self.loader = Loader(config=cfg, group=group).open()
+    def __init__(self, cfg: TrainConfig, group: Group = Group()):
+        self.cfg, self.group = cfg, group
+        self.loader = Loader(config=cfg, group=group, steps_tables=True).open()
+        self.typed = self.loader.typed
         self.device, self.target, self.task = self.loader.device, self.loader.target, self.loader.task
         self.precision = self.loader.plan.precision
         if self.precision.bf16:
@@ -65,7 +54,7 @@ class Run:
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
         self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
         # the rows it learns in tables (open_embeddings): --embeddings' table, a typed run's featureless types'
-        self.tables = self.loader.tables if typed else NodeTable(cfg, self.loader) if cfg.embeddings else None
+        self.tables = self.loader.tables or (NodeTable(cfg, self.loader) if cfg.embeddings else None)
         self.graphed: GraphedStep | None = None  # the captured step, where the plan took one (model_and_optimizer)
         self.step_stats = {"line": self.loader.plan.step.line}  # summary.json's "step": captures, replays, eager
 

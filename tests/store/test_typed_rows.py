@@ -34,10 +34,13 @@ def test_rows_by_id_match_numpy(tmp_path, budget_rows):
                                                             10**6: {"w": [3, 7, 198], "o": [0]}}[budget_rows]
     rows.place({n: held_placement(rows.sources[n].num_rows, ids, counts[n]) for n, ids in held.items()})
     assert rows.held_bytes() == sum(ids.size * costs[n] for n, ids in held.items())
-    stores = rows.stores()
+    typed = rows.store()
+    stores = typed.stores
     for name, ids in (("w", [198, 3, 3, 0, 7, 100]), ("o", [0, 0]), ("w", []), ("w", [5])):
         want = np.load(src / "nodes" / name / "features.npy")[ids]
         np.testing.assert_array_equal(load(stores[name], ids), want)
+    assert rows.summary()["w"]["rows"] == 0  # a pass's rows are counted as it ends
+    rows.add(typed)
     summary = rows.summary()
     assert summary["w"]["rows"] == 7 and summary["o"]["rows"] == 2
     assert summary["w"]["hits"] == {0: 0, 2: 2, 10**6: 4}[budget_rows]
@@ -65,7 +68,8 @@ def test_packed_rows_match_numpy(tmp_path, tier_rows):
     packs, stats = pack_types(ds, samples, rows.placements, tmp_path, "e", pack_memory=64 << 20, threads=2,
                               sources=rows.sources)
     assert sorted(packs) == ["paper", "term"]
-    stores = rows.stores(packs)
+    typed = rows.store(packs)
+    stores = typed.stores
     names = [t.name for t in ds.schema.types]
     empty = 0
     for b in range(len(samples)):
@@ -76,6 +80,8 @@ def test_packed_rows_match_numpy(tmp_path, tier_rows):
             np.testing.assert_array_equal(load(stores[name], ids, b), np.asarray(ds.type_features(name))[ids])
     assert empty > 0 and len(samples) == 100
     packed = sum(int(p.rows.sum()) * p.row_bytes for p in packs.values())
+    assert typed.disk.bytes == packed
+    rows.add(typed)
     assert sum(s["bytes_read"] for s in rows.summary().values()) == packed
     assert (packed == 0) == (tier_rows == 10**6) and stats["bytes_written"] >= packed
     if packed:

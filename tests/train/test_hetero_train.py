@@ -347,7 +347,7 @@ def test_loader_api_yields_hetero_batches(hds, tmp_path):
     with diskgnn.Loader(hds, fanouts="4,4", batch_size=32, hidden=16, workdir=str(tmp_path / "w"),
                         memory_budget="1GiB", log=lines.append) as loader:
         assert any(line.startswith("plan: heterogeneous") for line in lines)
-        model = HeteroGNN(loader.schema, "sage", 16, 3, len(loader.fanouts), 0.0)
+        model = HeteroGNN(loader.ds.schema, "sage", 16, 3, len(loader.fanouts), 0.0)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
         seeds = 0
         for epoch in range(4):
@@ -363,4 +363,6 @@ def test_loader_api_yields_hetero_batches(hds, tmp_path):
         with torch.no_grad():
             right = sum(int((model(mb.blocks, mb.x, mb.rows).argmax(1) == mb.labels).sum())
                         for mb in loader.evaluation("test"))
-        assert right / 49 > 0.6 and loader.stats()["paper"]["rows"] > 0
+        assert right / 49 > 0.6 and loader.summary()["features"]["paper"]["rows"] > 0
+        tiers = loader.stats()  # the train passes' rows by tier, every featured type's together
+        assert sum(t["hits"] for t in tiers.values()) > 0 and loader.trained["seeds"] == 4 * 100

@@ -62,7 +62,7 @@ class NodeTask(Task):
         """The metric over the split's target nodes (sampled with --eval-fanouts, or every neighbour under --eval
         full), summed over the ranks; every metric kept in `scores`."""
         model.eval()
-        c = run.loader.schema.num_classes
+        c = run.loader.ds.schema.num_classes
         tp, fp, fn = np.zeros(c, np.int64), np.zeros(c, np.int64), np.zeros(c, np.int64)
         correct = total = 0
         for mb in run.loader.evaluation(split):
