@@ -130,6 +130,23 @@ def small_hetero(tmp: Path, seed: int = 0, learnable: bool = False):
     return prepare_hetero(src, tmp / "hds", add_reverse=True, memory_budget="512MiB")
 
 
+def whole_graph_batch(ds):
+    """Every paper as a seed, every neighbour over two hops: one batch that is the whole graph's forward."""
+    import torch
+
+    from diskgnn.data.schema import relation_fanouts
+    from diskgnn.loading.blocks import TensorBlock
+    from diskgnn.offline.sample import open_graph, sample_batch
+
+    seeds = np.arange(ds.schema.type("paper").count)
+    b = sample_batch(open_graph(ds), seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0, threads=1)
+    blocks = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.hops[::-1]]
+    nodes = {t.name: b.type_nodes[i] for i, t in enumerate(ds.schema.types)}
+    x = {t.name: torch.from_numpy(np.array(ds.type_features(t.name))[nodes[t.name]]) for t in ds.schema.types
+         if t.feature_dim}
+    return blocks, x, nodes
+
+
 def make_dataset(tmp, n, dim, dtype=np.float32):
     """A prepared dataset of n nodes with dim-wide feature rows of `dtype` (the store's tests' and the GPU's)."""
     from diskgnn.data.format import open_dataset

@@ -12,6 +12,11 @@ scores), or table (an --embeddings run's learned values; the model of such a run
 features: table.py). Interrupted and rerun, it goes on where it
 stopped: finished layers are taken up (their checksum and model checked), and the output from its last
 recorded batch.
+
+A typed run's model (HeteroGNN) outputs its target type's rows: `--nodes` are target-type ids, each batch sampled
+per relation (every neighbour by default, or --fanouts as the run's take them, per relation or not), the
+featureless types' rows from the model (learned, hashed) or from the run's tables (--featureless table); a
+multi-label run's predictions are a 0/1 row of classes per node.
 """
 
 from __future__ import annotations
@@ -26,11 +31,11 @@ from tqdm import tqdm
 
 from .. import defaults
 from ..data.builtin import default_dataset
-from ..data.features import feature_source
+from ..data.features import feature_source, type_variants
 from ..data.files import file_checksum
-from ..data.format import open_dataset, read_manifest
-from ..data.hetero.format import is_hetero
+from ..data.format import open_dataset
 from ..data.resumable import Output, kind_of, nodes_named, side
+from ..data.schema import relation_fanouts
 from ..errors import ArgumentParser, DiskgnnError, UsageError
 from ..nn.inference import LayerWise
 from ..nn.models import layer_dims
@@ -40,8 +45,8 @@ from ..train.options import load_yaml
 from ..train.plan import resolve_device
 from ..train.model import new_model
 from ..units import parse_size
-from .sampled import sampled_outputs
-from .table import joined_source, write_table
+from .sampled import sampled_outputs, typed_outputs
+from .table import joined_source, type_tables, write_table
 
 OUTPUTS = ("logits", "predictions", "embeddings", "table")
 PROCESS_BYTES = 512 << 20  # the infer process before its data: 245 MB RSS measured, torch's pools beside
@@ -69,9 +74,17 @@ def parser() -> ArgumentParser:
     return p
 
 
-def fanout_list(text: str, layers: int) -> list[int]:
-    fanouts = list(ints(text, "--fanouts"))
-    if len(fanouts) != layers or min(fanouts) < 1:
+def fanout_list(text: str, cfg: TrainConfig, ds) -> list:
+    """--fanouts for the run's model: one a layer, or a typed model's per layer and relation."""
+    if ds.typed:
+        layers = len(relation_fanouts(cfg.fanouts, ds.schema))
+        fanouts = relation_fanouts(text, ds.schema)
+        least = min(f for hop in fanouts for f in hop if f != 0)
+    else:
+        layers = len(cfg.fanout_list)
+        fanouts = list(ints(text, "--fanouts"))
+        least = min(fanouts)
+    if len(fanouts) != layers or least < 1:
         raise UsageError(f"--fanouts {text}: the model has {layers} layers: name one fanout of at least 1 a layer")
     return fanouts
 
@@ -98,8 +111,10 @@ def checkpoint_state(workdir: Path, which: str) -> tuple[Path, dict]:
 
 
 def select(spec: str, ds) -> np.ndarray:
+    """The ids --nodes names: of every node, or (a typed dataset) of the target type's."""
+    count = ds.schema.type(ds.schema.target).count if ds.typed else ds.num_nodes
     if spec == "all":
-        return np.arange(ds.num_nodes, dtype=np.int64)
+        return np.arange(count, dtype=np.int64)
     if spec in ("train", "val", "test"):
         return np.asarray(ds.split(spec), dtype=np.int64)
     path = Path(spec)
@@ -110,9 +125,9 @@ def select(spec: str, ds) -> np.ndarray:
     if ids.ndim != 1 or not np.issubdtype(ids.dtype, np.integer):
         raise DiskgnnError(f"--nodes {spec}: expected a 1-D array of integer node ids, got {ids.dtype} {ids.shape}")
     ids = np.asarray(ids, dtype=np.int64)
-    if ids.size and (ids.min() < 0 or ids.max() >= ds.num_nodes):
+    if ids.size and (ids.min() < 0 or ids.max() >= count):
         bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-        raise DiskgnnError(f"--nodes {spec}: node id {bad} out of range [0, {ds.num_nodes})")
+        raise DiskgnnError(f"--nodes {spec}: node id {bad} out of range [0, {count})")
     return ids
 
 
@@ -149,14 +164,13 @@ def main(argv=None) -> None:
     kind_of(out)
     budget = parse_size(args.memory_budget, "--memory-budget")
     cfg = run_config(workdir)
-    args.fanouts = fanout_list(args.fanouts, len(cfg.fanout_list)) if args.fanouts is not None else None
-    args.batch_size = args.batch_size or (cfg.batch_size if args.fanouts else 65536)
+    data = args.data or cfg.data or default_dataset(False)  # the run's: the built-in one where it named none
+    ds = open_dataset(data, typed=True)
+    args.fanouts = fanout_list(args.fanouts, cfg, ds) if args.fanouts is not None else None
+    # a typed model's batches sample every neighbour by default: a train batch's size, as its evaluation's
+    args.batch_size = args.batch_size or (cfg.batch_size if args.fanouts or ds.typed else 65536)
     if args.batch_size < 1:
         raise UsageError(f"--batch-size {args.batch_size}: must be at least 1")
-    data = args.data or cfg.data or default_dataset(False)  # the run's: the built-in one where it named none
-    if is_hetero(read_manifest(data, None)):
-        raise UsageError(f"{data}: a heterogeneous dataset: diskgnn.infer does not run heterogeneous models yet")
-    ds = open_dataset(data)
     task = cfg.task_spec
     output = args.output or ("embeddings" if task.name == "link" else "predictions")
     if task.name == "link" and output in ("logits", "predictions"):
@@ -179,7 +193,10 @@ def main(argv=None) -> None:
 
 
 def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, output: str, budget: int, args) -> dict:
-    path, state = checkpoint_state(workdir, args.checkpoint or ("last" if cfg.embeddings else "best"))
+    # a run's tables are its last epoch's: its last checkpoint is the model that goes with them
+    tables = cfg.embeddings or ds.typed and cfg.featureless == "table" and any(not t.feature_dim
+                                                                             for t in ds.schema.types)
+    path, state = checkpoint_state(workdir, args.checkpoint or ("last" if tables else "best"))
     model = build_model(cfg, ds, path, state)
     device = resolve_device(args.device)
     model.to(device)
@@ -187,14 +204,23 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     if output == "embeddings" and cfg.task_spec.name != "link" and layers < 2:
         raise UsageError("--output embeddings: a 1-layer model has no hidden layer")
     k = layers if output != "embeddings" or cfg.task_spec.name == "link" else layers - 1
-    source = feature_source(ds, cfg.features)
-    if cfg.embeddings:  # the model reads its learned values beside the features
-        source = joined_source(source, workdir, ds, state, path)
-    dims = layer_dims(source.dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
-    cols = dims[k]
-    shape, dtype = ((nodes.size,), np.int32) if output == "predictions" else ((nodes.size, cols), np.float32)
-    neighbours = "all (layer-wise, exact)" if args.fanouts is None else (
-        f"sampled: fanouts {','.join(map(str, args.fanouts))}, seed {cfg.seed}, batches of {args.batch_size}")
+    if ds.typed:
+        features, multilabel = cfg.features, ds.schema.multilabel
+        cols = cfg.hidden if k < layers else ds.schema.num_classes
+        neighbours = ("all (sampled per relation" if args.fanouts is None else
+                      f"sampled: fanouts {'/'.join(','.join(map(str, hop)) for hop in args.fanouts)} per relation"
+                      ) + f", seed {cfg.seed}, batches of {args.batch_size})"
+    else:
+        source = feature_source(ds, cfg.features)
+        if cfg.embeddings:  # the model reads its learned values beside the features
+            source = joined_source(source, workdir, ds, state, path)
+        features, multilabel = source.name, False
+        dims = layer_dims(source.dim, cfg.hidden, cfg.task_spec.output_dim(ds), layers)
+        cols = dims[k]
+        neighbours = "all (layer-wise, exact)" if args.fanouts is None else (
+            f"sampled: fanouts {','.join(map(str, args.fanouts))}, seed {cfg.seed}, batches of {args.batch_size}")
+    shape, dtype = ((nodes.size, cols) if output != "predictions" or multilabel else (nodes.size,)), \
+        np.int32 if output == "predictions" else np.float32
     identity = {"checkpoint": file_checksum(path), "output": output, "layer": k, "neighbours": neighbours,
                 "nodes": nodes_named(args.nodes, nodes)}
     result = Output(out, shape, dtype, identity, args.batch_size)
@@ -202,7 +228,14 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
     start = result.rows_done - result.rows_done % args.batch_size  # batches start where the first run's did
     bar = tqdm(total=nodes.size, initial=start, unit="row", desc="infer", disable=not args.progress,
                dynamic_ncols=True)
-    if args.fanouts is None:
+    layer_wise = args.fanouts is None and not ds.typed
+    if ds.typed:
+        every = [[-1] * len(ds.schema.relations)] * layers
+        batches = typed_outputs(model, ds, nodes, k, args.fanouts or every, args.batch_size, start, device=device,
+                                seed=cfg.seed, sampler=cfg.sampler_spec, backend=cfg.backend,
+                                read_depth=defaults.READ_DEPTH, variants=type_variants(cfg.features, ds.schema),
+                                tables=type_tables(workdir, ds, state, path) if cfg.featureless == "table" else {})
+    elif layer_wise:
         lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
                        chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)),
                        memory=tiled_memory(budget, ds.num_nodes))
@@ -213,15 +246,16 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
                                   read_depth=defaults.READ_DEPTH)
     with torch.no_grad():
         for start, rows in batches:
-            rows = rows.argmax(1).to(torch.int32) if output == "predictions" else rows
+            if output == "predictions":
+                rows = (rows > 0 if multilabel else rows.argmax(1)).to(torch.int32)
             result.write(start, rows.numpy())
             bar.update(len(rows))
     bar.close()
     manifest = result.commit({"checkpoint_path": str(path), "epoch": state.get("epoch"), "workdir": str(workdir),
                               "dataset": str(ds.path), "dataset_checksum": ds.manifest.get("manifest_checksum"),
                               "model": {"kind": cfg.model, "layers": layers, "hidden": cfg.hidden,
-                                        "heads": cfg.heads, "task": cfg.task_spec.name, "features": source.name}})
-    if args.fanouts is None:
+                                        "heads": cfg.heads, "task": cfg.task_spec.name, "features": features}})
+    if layer_wise:
         lw.remove()
         shutil.rmtree(side(out, ".layers"), ignore_errors=True)
     return manifest

@@ -6,6 +6,10 @@ b of the inference "epoch", offline/sample.py), its rows read by id from the fea
 loader's pipeline (loading/loaders.py), and the model's first k layers run on its blocks. Batch b's bytes depend
 on b and its nodes only, so a rerun from a batch's start (an interrupted output taken up) computes the same
 bytes. Memory is a batch's: its blocks, rows and activations.
+
+A typed model's outputs (`typed_outputs`) are its target type's, sampled so per relation (every neighbour: -1),
+each featured type's rows read by id (store/by_type.py) and the featureless types' from the run's tables, where
+it learned them out of core.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import torch
 
 from ..arrays import read_rows
 from ..loading.loaders import OnlineLoader
-from ..offline.sample import Sampler
+from ..offline.sample import Sampler, open_graph
+from ..store.by_type import TypedRows
 from ..target import target_for
 from ..train.tasks.base import EVAL_EPOCH
 from .table import JoinedRows
@@ -58,3 +63,30 @@ def sampled_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list[int], ba
             h = model.layer(i, mb.blocks[i], h)
         back = np.searchsorted(mb.seeds, nodes[b * batch_size: (b + 1) * batch_size])  # batch b's, sorted
         yield b * batch_size, h.float().cpu()[torch.from_numpy(back)]
+
+
+def typed_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list, batch_size: int, start: int = 0, *,
+                  device: str, seed: int, sampler: Sampler, backend: str, read_depth: int, variants: dict,
+                  tables: dict):
+    """sampled_outputs for a typed model (HeteroGNN) over target-type `nodes`: `fanouts` per hop and relation,
+    `variants` each featured type's rows (data/features.py type_variants), `tables` the featureless types' learned
+    values and their width (infer/table.py type_tables)."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    batches = _Batches(nodes, batch_size)
+    store = TypedRows(ds, backend, variants).store(None)
+    loader = OnlineLoader(ds, nodes[:0], fanouts=[list(hop) for hop in fanouts[:k]], batch_size=batch_size,
+                          seed=seed, epoch=EVAL_EPOCH["infer"], labels=np.asarray(ds.labels),
+                          target=target_for("cpu"), read_depth=read_depth, backend=backend, graph=open_graph(ds),
+                          sampler=sampler, batches=batches, store=store)
+    first = start // batch_size
+    try:
+        for b, mb in zip(range(first, len(batches)), loader.pipeline(np.arange(first, len(batches)))):
+            x = {name: v.to(device) for name, v in mb.x.items()}
+            for name, (records, dim) in tables.items():
+                x[name] = read_rows(records, mb.nodes[name])[:, :dim].to(device)
+            blocks = [[blk if blk is None else blk.to(device) for blk in hop] for hop in mb.blocks]
+            h = model.outputs(blocks, x, mb.nodes, k)
+            back = np.searchsorted(mb.seeds, nodes[b * batch_size: (b + 1) * batch_size])
+            yield b * batch_size, h.float().cpu()[torch.from_numpy(back)]
+    finally:
+        store.close()

@@ -22,22 +22,22 @@ from ..errors import DiskgnnError
 from ..store.journal import UndoJournal
 
 
-def open_table(workdir: Path, ds) -> tuple[np.memmap, dict, Path]:
-    """(the table's records [nodes, values then optimizer state] mapped read-only, its table.json, its path)."""
-    table = workdir / "embeddings" / "table.bin"
+def open_table(directory: Path, rows: int) -> tuple[np.memmap, dict, Path]:
+    """(the table's records [`rows`, values then optimizer state] mapped read-only, its table.json, its path)."""
+    table = directory / "table.bin"
     meta_path = table.with_name("table.json")
     if not meta_path.is_file():
         raise DiskgnnError(f"{meta_path}: missing: the run's embedding table is gone")
     meta = json.loads(meta_path.read_text())
-    if meta.get("num_nodes") != ds.num_nodes:
-        raise DiskgnnError(f"{table}: a table of {meta.get('num_nodes')} rows, the dataset has {ds.num_nodes:,} nodes")
-    records = np.memmap(table, dtype=np.float32, mode="r", shape=(ds.num_nodes, meta["row_bytes"] // 4))
+    if meta.get("num_nodes") != rows:
+        raise DiskgnnError(f"{table}: a table of {meta.get('num_nodes')} rows, the dataset has {rows:,} nodes")
+    records = np.memmap(table, dtype=np.float32, mode="r", shape=(rows, meta["row_bytes"] // 4))
     return records, meta, table
 
 
 def write_table(ds, workdir: Path, nodes: np.ndarray, out: Path, spec: str, batch_size: int) -> dict:
     """The learned values of `nodes` (selected by `spec`), from the table as last flushed."""
-    records, meta, table = open_table(workdir, ds)
+    records, meta, table = open_table(workdir / "embeddings", ds.num_nodes)
     identity = {"table": f"{table.with_name('table.json')} generation of {table.stat().st_mtime_ns}",
                 "output": "table", "nodes": nodes_named(spec, nodes)}
     result = Output(out, (nodes.size, meta["dim"]), np.float32, identity, batch_size)
@@ -69,8 +69,29 @@ class JoinedRows:
 def joined_source(features: FeatureSource, workdir: Path, ds, state: dict, checkpoint: Path) -> FeatureSource:
     """The model's input of an --embeddings run, where the table and the checkpoint belong together (see the
     module's docstring)."""
-    records, meta, table = open_table(workdir, ds)
     want = (state.get("embeddings") or {}).get("generation", 0)
+    records, meta, table = checked_table(workdir / "embeddings", ds.num_nodes, want, checkpoint)
+    name = f"{features.name}+table(generation {want}, {table.stat().st_mtime_ns})"
+    return FeatureSource(name, table, JoinedRows(features, records, meta["dim"]), AsFloat32(), features.checksum,
+                         features.dim + meta["dim"])
+
+
+def type_tables(workdir: Path, ds, state: dict, checkpoint: Path) -> dict[str, tuple[np.memmap, int]]:
+    """A typed run's featureless types' learned values (--featureless table: WORKDIR/embeddings/<type>/), each
+    table checked to belong with the checkpoint as an --embeddings table is."""
+    saved = state.get("embeddings") or {}
+    out = {}
+    for t in ds.schema.types:
+        if not t.feature_dim:
+            want = (saved.get(t.name) or {}).get("generation", 0)
+            records, meta, _ = checked_table(workdir / "embeddings" / t.name, t.count, want, checkpoint)
+            out[t.name] = records, meta["dim"]
+    return out
+
+
+def checked_table(directory: Path, rows: int, want: int, checkpoint: Path) -> tuple[np.memmap, dict, Path]:
+    """open_table's, where the table holds no values written after the checkpoint of generation `want`."""
+    records, meta, table = open_table(directory, rows)
     journal = UndoJournal(table.with_name("journal.bin"), meta["row_bytes"])
     try:
         past = next(iter(journal.entries(want)), None) is not None
@@ -80,6 +101,4 @@ def joined_source(features: FeatureSource, workdir: Path, ds, state: dict, check
         raise DiskgnnError(f"{table}: holds values written after the checkpoint {checkpoint} (generation {want}) "
                            "saw them: infer with the run's last checkpoint (--checkpoint last) of a run that "
                            "finished, or --resume the run to a checkpoint first")
-    name = f"{features.name}+table(generation {want}, {table.stat().st_mtime_ns})"
-    return FeatureSource(name, table, JoinedRows(features, records, meta["dim"]), AsFloat32(), features.checksum,
-                         features.dim + meta["dim"])
+    return records, meta, table

@@ -166,9 +166,14 @@ class HeteroGNN(ReseededDropout, nn.Module):
         type's output rows (its seeds first)."""
         if len(blocks) != len(self.layers):
             raise ValueError(f"{len(blocks)} layers of blocks for a {len(self.layers)}-layer model")
+        return self.outputs(blocks, x, nodes, len(self.layers))
+
+    def outputs(self, blocks, x: dict[str, torch.Tensor], nodes: dict[str, np.ndarray], k: int) -> torch.Tensor:
+        """The target type's rows after the first `k` layers (over `blocks[:k]`; below the last layer: a hidden
+        layer's, activated), as diskgnn.infer's --output embeddings takes them."""
         h = self.inputs(x, nodes, next(self.parameters()).device)
-        for i, layer in enumerate(self.layers):
-            h = layer(blocks[i], h)
+        for i in range(k):
+            h = self.layers[i](blocks[i], h)
             if i < len(self.layers) - 1:
                 h = {name: self.dropout(v, relu=True) for name, v in h.items()}
         return h[self.schema.target]

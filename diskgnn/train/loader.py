@@ -162,7 +162,7 @@ class Loader(PassAccounting):
         save(cfg, self.workdir / "config.yaml")
         if self.typed:
             torch.manual_seed(cfg.seed)
-            self.model = model or new_model(cfg, self.ds, len(self.fanouts)).to(self.device)
+            self.model = model or new_model(cfg, self.ds).to(self.device)
             lines = [TypedPlan.schema_line(cfg, self.ds, self.fanouts)]
         else:
             lines = plan_lines(self.plan) + hag_lines(cfg, self.hag.mode)

@@ -8,27 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import kill_once_checkpointed, run_module, small_hetero, write_hetero_npy
+from conftest import kill_once_checkpointed, run_module, small_hetero, whole_graph_batch, write_hetero_npy
 
 
 @pytest.fixture(scope="module")
 def hds(tmp_path_factory):
     return small_hetero(tmp_path_factory.mktemp("ht"), learnable=True)
-
-
-def whole_graph_batch(ds):
-    """Every paper as a seed, every neighbour over two hops: one batch that is the whole graph's forward."""
-    from diskgnn.data.schema import relation_fanouts
-    from diskgnn.loading.blocks import TensorBlock
-    from diskgnn.offline.sample import open_graph, sample_batch
-
-    seeds = np.arange(ds.schema.type("paper").count)
-    b = sample_batch(open_graph(ds), seeds, key=0, fanouts=relation_fanouts("-1,-1", ds.schema), seed=0, threads=1)
-    blocks = [[TensorBlock.from_csc(k.indptr, k.indices, k.num_dst, k.num_src) for k in hop] for hop in b.hops[::-1]]
-    nodes = {t.name: b.type_nodes[i] for i, t in enumerate(ds.schema.types)}
-    x = {t.name: torch.from_numpy(np.array(ds.type_features(t.name))[nodes[t.name]]) for t in ds.schema.types
-         if t.feature_dim}
-    return blocks, x, nodes
 
 
 def test_sage_equals_pyg_to_hetero(hds):
@@ -198,6 +183,12 @@ def test_multilabel(tmp_path):
     data = prepare_hetero(src, tmp_path / "ds", add_reverse=True, split_ratios=(0.6, 0.2, 0.2))
     summary, out = train(data, tmp_path / "w", "--epochs", "3", "--fanouts", "4,4")
     assert {"val_micro_f1", "test_micro_f1", "test_macro_f1"} <= set(summary) and "val micro_f1" in out
+    for output in ("logits", "predictions"):  # diskgnn.infer: a multi-label prediction is a 0/1 row of classes
+        run_module("diskgnn.infer", "--workdir", tmp_path / "w", "--out", tmp_path / f"{output}.npy", "--output",
+                   output, "--no-progress", check=True)
+    logits, predictions = np.load(tmp_path / "logits.npy"), np.load(tmp_path / "predictions.npy")
+    assert predictions.shape == logits.shape == (60, 4)
+    assert np.array_equal(predictions, (logits > 0).astype(np.int32)) and 0 < predictions.mean() < 1
 
 
 def test_table_rows_out_of_core_equal_in_memory(hds, tmp_path):
