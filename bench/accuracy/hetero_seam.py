@@ -5,7 +5,7 @@
 
 The model is the reference's (bench/accuracy/hetero_reference.py: two SAGEConv((-1, -1)) layers made hetero by
 `to_hetero`, learned rows for featureless types looked up by `n_id`); the data side is NodeLoader over
-HeteroFeatureStore (no host tier: every row read with O_DIRECT), HeteroGraphStore and HeteroSampler (10
+DiskgnnFeatureStore (no host tier: every row read with O_DIRECT), DiskgnnGraphStore and DiskgnnSampler (10
 neighbours per relation and hop, batches of 128 train papers, shuffled); val and test are evaluated with every
 neighbour (batches of 1,024), and the epoch with the best val metric gives the test metrics.
 """
@@ -31,15 +31,15 @@ def seam(data: str, seed: int, epochs: int, hidden: int, lr: float, dropout: flo
 
     from diskgnn.data.format import open_dataset
     from diskgnn.nn.hetero import class_counts, f1_scores
-    from diskgnn.pyg import HeteroFeatureStore, HeteroGraphStore, HeteroSampler
+    from diskgnn.pyg import DiskgnnFeatureStore, DiskgnnGraphStore, DiskgnnSampler
 
     ds = open_dataset(data, typed=True)
     s = ds.schema
     torch.manual_seed(seed)
-    stores = (HeteroFeatureStore(data, cache=0), HeteroGraphStore(data))
+    stores = (DiskgnnFeatureStore(data, cache=0), DiskgnnGraphStore(data))
 
     def loader(split: str, fan: list[int], shuffle: bool) -> NodeLoader:
-        return NodeLoader(stores, node_sampler=HeteroSampler(data, fanouts=fan, seed=seed),
+        return NodeLoader(stores, node_sampler=DiskgnnSampler(data, fanouts=fan, seed=seed),
                           input_nodes=(s.target, torch.from_numpy(np.array(ds.split(split)))),
                           batch_size=batch_size if split == "train" else EVAL_BATCH, shuffle=shuffle)
 

@@ -16,11 +16,10 @@ edge_label_index=(None, edges), neg_sampling=...)`, as LinkNeighborLoader's.
 Or, faster (offline samples, packs and the pipeline of diskgnn.train):
 `for data in DiskgnnLoader("data/w1", fanouts=[10, 5], memory_budget="2GiB")`.
 
-Heterogeneous datasets (typed keys, PyG's hetero models unchanged): `HeteroFeatureStore`, `HeteroGraphStore`
-and `HeteroSampler` (hetero.py), with `input_nodes=(type, ids)`.
+Heterogeneous datasets go through the same three, with typed keys (PyG's hetero models unchanged) and
+`input_nodes=(type, ids)`: HeteroData, x per featured type, edge_index per relation.
 
-Modules: `stores` (FeatureStore, GraphStore), `sampler` (BaseSampler), `hetero` (the three, typed),
-`loader` (DiskgnnLoader); a diskgnn batch laid out as PyG's subgraph is
+Modules: `stores` (FeatureStore, GraphStore), `sampler` (BaseSampler), `loader` (DiskgnnLoader); a diskgnn batch laid out as PyG's subgraph is
 diskgnn/loading/subgraph.py's.
 A PyG Data becomes a diskgnn dataset with `diskgnn.prepare(data, out)`.
 """
@@ -34,10 +33,8 @@ except ImportError as e:  # the extra is optional: say what to install
                       "pyg-lib, torch-sparse and torch-scatter are not needed)") from e
 
 from ..loading.subgraph import to_pyg
-from .hetero import HeteroFeatureStore, HeteroGraphStore, HeteroSampler
 from .loader import DiskgnnLoader
 from .sampler import DiskgnnSampler
 from .stores import DiskgnnFeatureStore, DiskgnnGraphStore
 
-__all__ = ["DiskgnnFeatureStore", "DiskgnnGraphStore", "DiskgnnLoader", "DiskgnnSampler", "HeteroFeatureStore",
-           "HeteroGraphStore", "HeteroSampler", "to_pyg"]
+__all__ = ["DiskgnnFeatureStore", "DiskgnnGraphStore", "DiskgnnLoader", "DiskgnnSampler", "to_pyg"]

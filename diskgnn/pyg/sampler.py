@@ -1,4 +1,5 @@
-"""`DiskgnnSampler`: diskgnn's native neighbour sampler (uniform or LABOR, κ) as a PyG BaseSampler.
+"""`DiskgnnSampler`: diskgnn's native neighbour sampler (uniform or LABOR, κ) as a PyG BaseSampler, for either kind
+of graph.
 
 PyG's NodeLoader picks each mini-batch's seeds (input_nodes, batch_size,
 shuffle) and asks its sampler for the subgraph; this one samples it from the
@@ -11,6 +12,10 @@ DataLoader worker and the call's number, so a run repeats.
 LinkLoader (LinkNeighborLoader's way to a custom sampler) gets edge batches:
 PyG's own edge_sample draws their negatives and makes their ends the seeds,
 and this sampler samples around them.
+
+On a typed dataset it samples around the seeds of NodeLoader's input type (`input_nodes=(type, ids)`), a count per
+hop for every relation or per relation (`"writes=10,cites=5"`, as `relation_fanouts` reads them), and returns
+HeteroSamplerOutput: HeteroData with x per featured type, y of the target, edge_index per relation and n_id.
 
 NodeLoader and LinkLoader choose the seeds while they iterate, so these batches cannot be
 sampled or packed ahead: their features come from the feature store's memory
@@ -25,10 +30,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, HeteroSamplerOutput, NodeSamplerInput, SamplerOutput
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..data.format import open_dataset
+from ..data.schema import relation_fanouts
 from ..errors import DiskgnnError
 from ..offline.sample import Sampler, open_graph, sample_batch
 from ..loading.blocks import neighbour_lists
@@ -36,17 +42,21 @@ from ..loading.subgraph import hop_edges
 
 
 class DiskgnnSampler(BaseSampler):
-    """Samples `fanouts` neighbours per hop (seeds' hop first; -1: all) around each batch of seeds."""
+    """Samples `fanouts` neighbours per hop (seeds' hop first; -1: all; a typed graph's per relation too) around
+    each batch of seeds."""
 
     def __init__(self, dataset_dir, fanouts=(10, 5), seed: int = 0, *, sampler: str = "neighbor",
                  layer_dependency: bool = False, batch_dependency: int = 1, threads: int | None = None):
         self.path = Path(dataset_dir)
-        self.fanouts = [int(f) for f in fanouts]
-        if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
-            raise DiskgnnError(f"DiskgnnSampler: fanouts {list(fanouts)}: each must be positive or -1 (all)")
+        self.ds = open_dataset(self.path, typed=True)
+        if self.ds.typed:
+            self.fanouts = relation_fanouts(list(fanouts), self.ds.schema, "DiskgnnSampler: fanouts")
+        else:
+            self.fanouts = [int(f) for f in fanouts]
+            if not self.fanouts or any(f == 0 or f < -1 for f in self.fanouts):
+                raise DiskgnnError(f"DiskgnnSampler: fanouts {list(fanouts)}: each must be positive or -1 (all)")
         self.seed, self.threads = int(seed), threads or max(1, os.cpu_count() or 1)
         self.spec = Sampler(sampler, layer_dependency, batch_dependency)
-        self.ds = open_dataset(self.path)
         self.graph = open_graph(self.ds)
         self.calls = 0
 
@@ -64,8 +74,10 @@ class DiskgnnSampler(BaseSampler):
         self.calls += 1
         return key
 
-    def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput:
+    def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput | HeteroSamplerOutput:
         given = np.asarray(inputs.node.cpu(), dtype=np.int64).reshape(-1)
+        if self.ds.typed:
+            return self._typed(inputs, given)
         n = self.ds.num_nodes
         if given.size and (given.min() < 0 or given.max() >= n):
             raise DiskgnnError(f"{self.path}: seed {int(given[(given < 0) | (given >= n)][0])} out of range [0, {n})")
@@ -83,9 +95,39 @@ class DiskgnnSampler(BaseSampler):
                              col=torch.from_numpy(col), edge=None, num_sampled_nodes=num_nodes,
                              num_sampled_edges=num_edges, metadata=(inputs.input_id, inputs.time))
 
+    def _typed(self, inputs: NodeSamplerInput, seeds: np.ndarray) -> HeteroSamplerOutput:
+        """A typed batch around seeds of the input type, its edges per relation hop by hop (seeds' hop first)."""
+        s = self.ds.schema
+        kind = inputs.input_type or s.target
+        if kind not in [t.name for t in s.types]:
+            raise DiskgnnError(f"{self.path}: input nodes of type {kind!r}: the graph's types are "
+                               + ", ".join(t.name for t in s.types))
+        if np.unique(seeds).size != seeds.size:
+            raise DiskgnnError(f"{self.path}: a batch lists a seed twice (give each input node once)")
+        b = sample_batch(self.graph, seeds, key=self._key(), fanouts=self.fanouts, seed=self.seed,
+                         threads=self.threads, sampler=self.spec, seed_type=s.type_index(kind))
+        node = {t.name: torch.from_numpy(np.array(b.type_nodes[i], dtype=np.int64)) for i, t in enumerate(s.types)}
+        row, col, edges = {}, {}, {}
+        for r, rel in enumerate(s.relations):
+            blocks = [hop[r] for hop in b.hops]  # None: a relation a hop does not follow (no edges)
+            row[rel.key] = torch.from_numpy(np.concatenate(
+                [np.empty(0, np.int64)] + [np.asarray(k.indices, np.int64) for k in blocks if k is not None]))
+            col[rel.key] = torch.from_numpy(np.concatenate([np.empty(0, np.int64)] + [
+                np.repeat(np.arange(k.num_dst, dtype=np.int64), np.diff(k.indptr)) for k in blocks if k is not None]))
+            edges[rel.key] = [0 if k is None else int(k.indices.size) for k in blocks]
+        c = b.counts
+        sampled = {t.name: [int(c[0, i])] + [int(c[h, i] - c[h - 1, i]) for h in range(1, len(c))]
+                   for i, t in enumerate(s.types)}
+        return HeteroSamplerOutput(node=node, row=row, col=col, edge={k: None for k in row}, batch=None,
+                                   num_sampled_nodes=sampled, num_sampled_edges=edges,
+                                   metadata=(inputs.input_id, inputs.time))
+
     def sample_from_edges(self, inputs: EdgeSamplerInput, neg_sampling=None) -> SamplerOutput:
         """A batch of edges (and PyG's negatives for it, binary or triplet) as the subgraph around their ends,
         with edge_label_index (or the triplet's indices) in its metadata, as LinkNeighborLoader's."""
+        if self.ds.typed:
+            raise DiskgnnError("DiskgnnSampler: link prediction on a typed graph samples around both ends' types at "
+                               "once; the native sampler starts a batch from one type's seeds")
         if inputs.time is not None:
             raise DiskgnnError("DiskgnnSampler: temporal link sampling (edge_label_time) is not supported")
         return edge_sample(inputs, lambda seeds, _: self.sample_from_nodes(NodeSamplerInput(None, seeds)),

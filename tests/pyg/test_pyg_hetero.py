@@ -1,5 +1,5 @@
-"""The PyG seam on a heterogeneous dataset: NodeLoader over HeteroFeatureStore, HeteroGraphStore and
-HeteroSampler gives HeteroData whose rows, labels and edges are the dataset's, and PyG's to_hetero trains on it."""
+"""The PyG seam on a heterogeneous dataset: NodeLoader over the same DiskgnnFeatureStore, DiskgnnGraphStore and
+DiskgnnSampler gives HeteroData whose rows, labels and edges are the dataset's, and PyG's to_hetero trains on it."""
 
 import numpy as np
 import pytest
@@ -16,25 +16,28 @@ def hds(tmp_path_factory):
     return small_hetero(tmp_path_factory.mktemp("pyg-h"), learnable=True)
 
 
-def loader(data, ids, fanouts, batch_size, shuffle=False, cache="0"):
+def loader(data, ids, fanouts, batch_size, shuffle=False, cache="0", sampler="neighbor"):
     from torch_geometric.loader import NodeLoader
 
-    from diskgnn.pyg import HeteroFeatureStore, HeteroGraphStore, HeteroSampler
+    from diskgnn.pyg import DiskgnnFeatureStore, DiskgnnGraphStore, DiskgnnSampler
 
-    fs, gs = HeteroFeatureStore(data, cache=cache), HeteroGraphStore(data)
-    return NodeLoader((fs, gs), node_sampler=HeteroSampler(data, fanouts=fanouts),
+    fs, gs = DiskgnnFeatureStore(data, cache=cache), DiskgnnGraphStore(data)
+    return NodeLoader((fs, gs), node_sampler=DiskgnnSampler(data, fanouts=fanouts, sampler=sampler),
                       input_nodes=("paper", torch.as_tensor(np.array(ids))), batch_size=batch_size, shuffle=shuffle)
 
 
-@pytest.mark.parametrize("cache,fanouts", [("0", [3, 2]), ("1MiB", [3, 2]), ("0", ["cites=2,writes=1", "tags=1"])])
-def test_batches_are_the_datasets(hds, cache, fanouts):
-    """Also with counts per relation, a relation a hop does not follow (tags at the seeds' hop) having no edges."""
+@pytest.mark.parametrize("cache,fanouts,sampler", [("0", [3, 2], "neighbor"), ("1MiB", [3, 2], "neighbor"),
+                                                   ("0", ["cites=2,writes=1", "tags=1"], "neighbor"),
+                                                   ("0", [3, 2], "labor")])
+def test_batches_are_the_datasets(hds, cache, fanouts, sampler):
+    """Also with counts per relation, a relation a hop does not follow (tags at the seeds' hop) having no edges,
+    and with LABOR per relation."""
     from diskgnn.data.format import open_dataset
 
     ds = open_dataset(hds, typed=True)
     ids = np.asarray(ds.split("train"))
     seen = 0
-    for data in loader(hds, ids, fanouts, 17, cache=cache):
+    for data in loader(hds, ids, fanouts, 17, cache=cache, sampler=sampler):
         n_id = data["paper"].n_id.numpy()
         bs = data["paper"].batch_size
         assert np.array_equal(n_id[:bs], ids[seen:seen + bs])
@@ -49,6 +52,31 @@ def test_batches_are_the_datasets(hds, cache, fanouts):
             for u, v in zip(src, dst):
                 assert u in indices[indptr[v]:indptr[v + 1]]
     assert seen == ids.size
+
+
+def test_typed_rows_by_id_and_their_tiers(hds):
+    """Ids in any order with duplicates, one type's at a time; every row from disk without a host tier, counted per
+    type; one budget across the types holds the most-read rows."""
+    from diskgnn.data.format import open_dataset
+    from diskgnn.errors import DiskgnnError
+    from diskgnn.pyg import DiskgnnFeatureStore
+
+    ds = open_dataset(hds, typed=True)
+    fs = DiskgnnFeatureStore(hds, cache=0)
+    ids = torch.tensor([198, 5, 5, 0])
+    np.testing.assert_array_equal(fs.get_tensor(group_name="paper", attr_name="x", index=ids).numpy(),
+                                  np.asarray(ds.type_features("paper"))[ids.numpy()])
+    assert fs.get_tensor(group_name="term", attr_name="x", index=torch.tensor([6])).shape == (1, 4097)
+    assert fs.stats()["paper"]["disk"]["hits"] == 4 and fs.stats()["term"]["disk"]["hits"] == 1
+    assert fs.get_tensor_size(group_name="paper", attr_name="y") == (199,)
+    with pytest.raises(DiskgnnError, match="term id 7 out of range"):
+        fs.get_tensor(group_name="term", attr_name="x", index=torch.tensor([7]))
+    with pytest.raises(KeyError, match="no tensor 'author'/'x'"):
+        fs.get_tensor(group_name="author", attr_name="x", index=torch.tensor([0]))
+    fs.close()
+    held = DiskgnnFeatureStore(hds, cache="1MiB")
+    held.get_tensor(group_name="paper", attr_name="x", index=ids)
+    assert held.stats()["paper"]["host"]["hits"] == 4
 
 
 def test_to_hetero_trains_through_the_seam(hds):
