@@ -30,7 +30,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.sampler import BaseSampler, EdgeSamplerInput, HeteroSamplerOutput, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput, NodeSamplerInput,
+                                     SamplerOutput)
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..data.format import open_dataset
