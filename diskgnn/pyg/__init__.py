@@ -19,8 +19,8 @@ Or, faster (offline samples, packs and the pipeline of diskgnn.train):
 Heterogeneous datasets go through the same three, with typed keys (PyG's hetero models unchanged) and
 `input_nodes=(type, ids)`: HeteroData, x per featured type, edge_index per relation.
 
-Modules: `stores` (FeatureStore, GraphStore), `sampler` (BaseSampler), `loader` (DiskgnnLoader); a diskgnn batch laid out as PyG's subgraph is
-diskgnn/loading/subgraph.py's.
+Modules: `stores` (FeatureStore, GraphStore), `sampler` (BaseSampler), `loader` (DiskgnnLoader); a diskgnn
+batch laid out as PyG's subgraph is diskgnn/loading/subgraph.py's.
 A PyG Data becomes a diskgnn dataset with `diskgnn.prepare(data, out)`.
 """
 
