@@ -175,8 +175,9 @@ def main(argv=None) -> None:
     output = args.output or ("embeddings" if task.name == "link" else "predictions")
     if task.name == "link" and output in ("logits", "predictions"):
         raise UsageError(f"--output {output}: a --task link model outputs embeddings (what its decoder scores)")
-    if output == "table" and not cfg.embeddings:
-        raise UsageError("--output table: the run learned no --embeddings table")
+    if output == "table" and (not cfg.embeddings or ds.typed):
+        raise UsageError("--output table: the run learned no --embeddings table" + (
+            " of a plain graph (a typed run's are per type: WORKDIR/embeddings/<type>/)" if ds.typed else ""))
     if output == "table" and args.fanouts:
         raise UsageError("--fanouts: --output table reads the learned table, no model runs")
     if out.exists() and not args.overwrite:
@@ -234,7 +235,7 @@ def write_model_outputs(cfg, ds, workdir: Path, nodes: np.ndarray, out: Path, ou
         batches = typed_outputs(model, ds, nodes, k, args.fanouts or every, args.batch_size, start, device=device,
                                 seed=cfg.seed, sampler=cfg.sampler_spec, backend=cfg.backend,
                                 read_depth=defaults.READ_DEPTH, variants=type_variants(cfg.features, ds.schema),
-                                tables=type_tables(workdir, ds, state, path) if cfg.featureless == "table" else {})
+                                tables=type_tables(workdir, ds, cfg, state, path))
     elif layer_wise:
         lw = LayerWise(model, ds, side(out, ".layers"), device=device, features=source,
                        chunk_nodes=args.batch_size, chunk_edges=chunk_edges(budget, max(dims)),

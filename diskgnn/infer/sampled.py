@@ -82,8 +82,9 @@ def typed_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list, batch_siz
     try:
         for b, mb in zip(range(first, len(batches)), loader.pipeline(np.arange(first, len(batches)))):
             x = {name: v.to(device) for name, v in mb.x.items()}
-            for name, (records, dim) in tables.items():
-                x[name] = read_rows(records, mb.nodes[name])[:, :dim].to(device)
+            for name, (records, dim) in tables.items():  # beside a type's features, or as its rows
+                values = read_rows(records, mb.nodes[name])[:, :dim].to(device)
+                x[name] = torch.cat([x[name], values], 1) if name in x else values
             blocks = [[blk if blk is None else blk.to(device) for blk in hop] for hop in mb.blocks]
             h = model.outputs(blocks, x, mb.nodes, k)
             back = np.searchsorted(mb.seeds, nodes[b * batch_size: (b + 1) * batch_size])

@@ -76,13 +76,14 @@ def joined_source(features: FeatureSource, workdir: Path, ds, state: dict, check
                          features.dim + meta["dim"])
 
 
-def type_tables(workdir: Path, ds, state: dict, checkpoint: Path) -> dict[str, tuple[np.memmap, int]]:
-    """A typed run's featureless types' learned values (--featureless table: WORKDIR/embeddings/<type>/), each
-    table checked to belong with the checkpoint as an --embeddings table is."""
+def type_tables(workdir: Path, ds, cfg, state: dict, checkpoint: Path) -> dict[str, tuple[np.memmap, int]]:
+    """A typed run's learned values per type (WORKDIR/embeddings/<type>/: every type's under --embeddings, the
+    featureless types' under --featureless table), each table checked to belong with the checkpoint as a plain
+    run's --embeddings table is."""
     saved = state.get("embeddings") or {}
     out = {}
     for t in ds.schema.types:
-        if not t.feature_dim:
+        if cfg.embeddings or (cfg.featureless == "table" and not t.feature_dim):
             want = (saved.get(t.name) or {}).get("generation", 0)
             records, meta, _ = checked_table(workdir / "embeddings" / t.name, t.count, want, checkpoint)
             out[t.name] = records, meta["dim"]

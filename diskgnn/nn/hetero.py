@@ -119,7 +119,10 @@ class HeteroGNN(ReseededDropout, nn.Module):
     """`layers` hetero layers over a schema; the target type's rows of the last one are the output."""
 
     def __init__(self, schema: Schema, kind: str, hidden: int, out_dim: int, layers: int, dropout: float, *,
-                 featureless: str = "learned", bases: int = 0, relation_aggr: str = "sum", heads: int = 4):
+                 featureless: str = "learned", bases: int = 0, relation_aggr: str = "sum", heads: int = 4,
+                 embeddings: int = 0):
+        """`embeddings`: learned values a node of every type beside its features (train/tables.py's tables,
+        handed in `x`), the featureless types' rows whatever `featureless` says."""
         super().__init__()
         if kind not in HETERO_MODELS:
             raise ValueError(f"model {kind!r}: expected one of {', '.join(HETERO_MODELS)}")
@@ -127,13 +130,13 @@ class HeteroGNN(ReseededDropout, nn.Module):
             raise ValueError(f"gat: hidden size {hidden} must be a multiple of {heads} heads")
         self.schema, self.kind, self.featureless, self.hidden = schema, kind, featureless, hidden
         self.embeddings = nn.ModuleDict({t.name: nn.Embedding(t.count, hidden) for t in schema.types
-                                         if not t.feature_dim and featureless == "learned"})
+                                         if not t.feature_dim and featureless == "learned" and not embeddings})
         for e in self.embeddings.values():
             nn.init.normal_(e.weight, std=1.0)
-        dims = {t.name: t.feature_dim or hidden for t in schema.types}
+        dims = {t.name: t.feature_dim + embeddings or hidden for t in schema.types}
         if kind == "rgcn":  # R-GCN's relation matrices need one width: every type projected to it first
-            self.project = nn.ModuleDict({t.name: nn.Linear(t.feature_dim, hidden) for t in schema.types
-                                          if t.feature_dim})
+            self.project = nn.ModuleDict({t.name: nn.Linear(dims[t.name], hidden) for t in schema.types
+                                          if t.feature_dim or dims[t.name] != hidden})
             dims = {t.name: hidden for t in schema.types}
         self.layers = nn.ModuleList()
         for i in range(layers):

@@ -153,14 +153,16 @@ class TrainConfig:
     eval_negatives: int = field(default=1000, metadata={
         "help": "link: negatives each eval batch of 1,000 held-out edges is ranked against (MRR, Hits@k, AUC)"})
     embeddings: int = field(default=0, metadata={
-        "help": "learnable node embeddings of this width beside the features (a featureless dataset's input), "
-                "kept on disk with their optimizer state, the rows read most held in memory"})
+        "help": "learnable node embeddings of this width beside the features (a featureless dataset's input; a "
+                "typed graph's: every type's), kept on disk with their optimizer state, the rows read most held in "
+                "memory"})
     embedding_optimizer: str = field(default="adagrad", metadata={
         "help": "embeddings: adagrad (row-wise) or adam (lazy, as torch.optim.SparseAdam)", "choices": OPTIMIZERS})
     embedding_lr: float = field(default=0.1, metadata={"help": "embeddings: the optimizer's learning rate"})
     embedding_cache: str = field(default="auto", metadata={
         "help": "embeddings: memory for their hot rows, or the partitions' buffer (auto: half of what the budget "
-                "leaves after the working set; partitioned, 3/4 of it)"})
+                "leaves after the working set; partitioned, 3/4 of it; a typed graph's: ranked with the feature "
+                "rows in the host tier)"})
     embedding_partitions: int = field(default=0, metadata={
         "help": "embeddings, link: MariusGNN's order: the table in P (2-64) partitions, as many as --embedding-cache "
                 "holds in memory at once, each batch's edges, negatives and neighbours among them (0: row by row)"})

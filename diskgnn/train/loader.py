@@ -87,9 +87,10 @@ class Loader(PassAccounting):
         self.ds = open_dataset(self.data, typed=True)
         self.typed = self.ds.typed
         validate_graph_kind(cfg, self.typed)
-        if self.typed and cfg.featureless == "table" and not steps_tables:
-            raise UsageError("featureless='table': the tables train inside python -m diskgnn.train (their rows are "
-                             "stepped after each backward pass); a Loader's own loop takes learned or hashed rows")
+        if self.typed and (cfg.featureless == "table" or cfg.embeddings) and not steps_tables:
+            raise UsageError("featureless='table' and embeddings: a typed run's tables train inside python -m "
+                             "diskgnn.train (their rows are stepped after each backward pass); a Loader's own loop "
+                             "takes learned or hashed rows")
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.data.name
         if self.group.active:  # one machine's ranks must not share a workdir; nothing else assumes a shared one
             self.workdir = self.workdir / f"rank-{self.group.rank}"

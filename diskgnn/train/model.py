@@ -18,7 +18,7 @@ def new_model(cfg: TrainConfig, ds, layers: int | None = None) -> nn.Module:
         layers = layers or len(relation_fanouts(cfg.fanouts, ds.schema))
         return HeteroGNN(ds.schema, cfg.model, cfg.hidden, ds.schema.num_classes, layers, cfg.dropout,
                          featureless=cfg.featureless, bases=cfg.bases, relation_aggr=cfg.relation_aggr,
-                         heads=cfg.heads)
+                         heads=cfg.heads, embeddings=cfg.embeddings)
     layers = layers or len(cfg.fanout_list)
     model = GNN(cfg.model, ds.feature_dim + cfg.embeddings, cfg.hidden, cfg.task_spec.output_dim(ds), layers,
                 cfg.dropout, cfg.heads)

@@ -4,8 +4,10 @@ flush, committed, at_best, summary, close):
 
 - `NodeTable` (`--embeddings N`): N learned values per node beside its features, in WORKDIR/embeddings/, the rows
   epoch 0 reads most held in memory as the plan sizes them (or, partitioned, MariusGNN's buffer).
-- `TypeTables` (`--featureless table` on a typed graph): each featureless node type's rows in its own table,
-  WORKDIR/embeddings/<type>/, `hidden` values a row, its hot rows placed by the typed plan beside the feature rows.
+- `TypeTables` (a typed graph's): each featureless node type's rows in its own table under `--featureless table`,
+  `hidden` values a row; or, under `--embeddings N`, every type's N learned values a node, beside its features
+  (as its rows where it has none); WORKDIR/embeddings/<type>/, its hot rows placed by the typed plan beside the
+  feature rows (or in their own `--embedding-cache`).
 
 Per batch, in the training thread (after the step before has stored its rows): `inputs` gathers the batch's
 records and hands their values to the model as leaves beside (or as) its rows; after the backward pass `step`
@@ -84,12 +86,16 @@ class NodeTable:
 
 
 class TypeTables:
-    """The tables of a typed run's featureless types (none unless --featureless table)."""
+    """A typed run's tables: every type's under --embeddings, else the featureless types' under --featureless table
+    (none otherwise). The plan keys a type's table "<type> table" beside the type's feature rows."""
 
     def __init__(self, cfg, schema, workdir):
         self.cfg, self.dir = cfg, workdir / "embeddings"
-        self.types = [t for t in schema.types if not t.feature_dim] if cfg.featureless == "table" else []
-        self.dim = cfg.hidden
+        if cfg.embeddings:
+            self.types, self.dim = list(schema.types), cfg.embeddings
+        else:
+            self.types = [t for t in schema.types if not t.feature_dim] if cfg.featureless == "table" else []
+            self.dim = cfg.hidden
         self.tables: dict[str, EmbeddingTable] = {}
         self.hot: dict[str, np.ndarray] = {}  # the rows the typed plan holds in memory (`hold`)
         self.say = print
@@ -100,8 +106,8 @@ class TypeTables:
         return row_bytes(self.dim, self.cfg.embedding_optimizer)
 
     def held_row_bytes(self) -> dict[str, int]:
-        """What a hot row costs in memory, per type: its record, its id and its dirty flag."""
-        return {t.name: self.row_bytes + 9 for t in self.types}
+        """What a hot row costs in memory, per table: its record, its id and its dirty flag."""
+        return {f"{t.name} table": self.row_bytes + 9 for t in self.types}
 
     def memory(self, batch_rows: dict[str, int]) -> int:
         """The tables' memory besides their hot rows (`batch_rows[type]`: a batch's rows of it at most)."""
@@ -113,7 +119,8 @@ class TypeTables:
         return 2 * sum(t.count * self.row_bytes for t in self.types)
 
     def hold(self, hot: dict[str, np.ndarray], say) -> None:
-        """The rows the plan holds in memory, per type (placed as the tables open), and where lines go."""
+        """The rows the plan holds in memory, per table ("<type> table"; placed as the tables open), and where
+        lines go."""
         self.hot, self.say = hot, say
 
     def open(self, resumed: dict | None) -> None:
@@ -125,21 +132,22 @@ class TypeTables:
             table = EmbeddingTable(self.dir / t.name, t.count, self.dim, seed=cfg.seed + 7919 * (i + 1),
                                    lr=cfg.embedding_lr, optimizer=cfg.embedding_optimizer, create=resumed is None,
                                    **(state or {}))
-            table.place(self.hot.get(t.name, np.zeros(0, np.int64)))
+            table.place(self.hot.get(f"{t.name} table", np.zeros(0, np.int64)))
             back += table.stats["rows_rolled_back"]
             self.tables[t.name] = table
         if back:
             self.say(f"plan: --resume: {back:,} table rows rolled back to the checkpoint from the undo journals")
 
     def inputs(self, mb, train: bool) -> tuple[dict, dict]:
-        """The batch's rows with every table type's rows of its nodes, and for a train step the (records, values)
-        whose gradients `step` applies."""
+        """The batch's rows with every table's rows of its nodes (beside a featured type's, or as a featureless
+        type's), and for a train step the (records, values) whose gradients `step` applies."""
         x, trained, nodes = dict(mb.x), {}, mb.nodes
         device = mb.labels.device
         for name, table in self.tables.items():
             records = table.gather(nodes[name])
             values = records[:, : self.dim].detach().to(device).requires_grad_(train)
-            x[name], trained[name] = values, (records, values)
+            x[name] = torch.cat([x[name], values], 1) if name in x else values
+            trained[name] = records, values
         return x, trained
 
     def step(self, mb, trained: dict) -> None:

@@ -72,24 +72,23 @@ class TypedPlan:
         base = defaults.TRAIN_BASE_RSS + (defaults.CUDA_BASE_RSS if self.device == "cuda" else 0)
         params = sum(p.numel() * p.element_size() for p in model.parameters())
         model_bytes = params * (4 if self.device == "cpu" else 0)  # weights, gradients, Adam's two moments
-        table_types = {t.name for t in tables.types}
+        tabled = {t.name for t in tables.types}
         # epoch 0's reads per row: the featured types' as the offline epochs counted them, the tables' here
-        counts = {**loader.epochs.counts0, **{t: np.zeros(s.type(t).count, np.int32) for t in table_types}}
-        table_rows = dict.fromkeys(table_types, 0)
+        counts = {**loader.epochs.counts0, **{f"{t} table": np.zeros(s.type(t).count, np.int32) for t in tabled}}
+        table_rows = dict.fromkeys(tabled, 0)
         rows_max = step_max = 0
         for b in range(len(epoch0)):
             batch = epoch0[b]
             rows = step = 0
             for t, ty in enumerate(s.types):
                 ids = batch.type_nodes[t]
-                if ty.name in table_types:
-                    counts[ty.name][ids] += 1  # a batch's nodes of a type are distinct
                 if ty.feature_dim:
                     # as read (stored or code rows), and as float32
                     rows += ids.size * (features.sources[ty.name].row_bytes + 4 * ty.feature_dim)
-                elif ty.name in table_types:
+                if ty.name in tabled:
+                    counts[f"{ty.name} table"][ids] += 1  # a batch's nodes of a type are distinct
                     table_rows[ty.name] = max(table_rows[ty.name], ids.size)
-                    rows += ids.size * (tables.row_bytes + 8 * cfg.hidden)  # records, values and gradient
+                    rows += ids.size * (tables.row_bytes + 8 * tables.dim)  # records, values and gradient
                 step += int(batch.counts[:, t].sum()) * cfg.hidden * 4 * 8  # activations and their gradients
             edges = sum(int(blk.indices.size) for hop in batch.hops for blk in hop if blk is not None)
             if cfg.model == "gat":  # a message per edge, its weighted copy and their gradients
@@ -101,12 +100,14 @@ class TypedPlan:
         window = cfg.recent_window
         working = rows_max * (self.read_depth + 2 + window) + step_max
         reads = {name: int(c.sum()) for name, c in counts.items()}
-        feature_reads = [n for t, n in reads.items() if t not in table_types]
+        feature_reads = [reads[n] for n in features.sources]
         # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
         plan_rows = defaults.PACK_PLAN_BYTES_PER_ROW * max(feature_reads, default=0) * defaults.DISK_HEADROOM
         if window:  # and, for the recent-rows tier, the batch and position each of the type's nodes was last read
             plan_rows += 8 * max((t.count for t in s.types if t.feature_dim), default=0)
-        table_bytes = tables.memory(table_rows)
+        # an --embedding-cache of their own holds the tables' hot rows apart from the host tier
+        own = cfg.embedding_cache_bytes if tables.types else None
+        table_bytes = tables.memory(table_rows) + (own or 0)
         left = self.budget - base - model_bytes - loader.labels.nbytes - working - int(plan_rows) - table_bytes
         pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
         left -= pack_memory if feature_reads else 0
@@ -124,8 +125,14 @@ class TypedPlan:
         if cfg.sampling_mode.online:
             tier = 0  # the baseline: no rows placed from a known future, every one read by id
         costs = {name: src.row_bytes + 8 for name, src in features.sources.items()}  # a row and its id
-        costs.update(tables.held_row_bytes())
-        held = densest({n: c for n, c in counts.items() if n in costs}, costs, tier)
+        table_costs = tables.held_row_bytes()
+        if own is None:  # one host tier, the feature rows and the tables' ranked together
+            costs.update(table_costs)
+            held = densest({n: counts[n] for n in costs}, costs, tier)
+        else:
+            held = {**densest({n: counts[n] for n in costs}, costs, tier),
+                    **densest({n: counts[n] for n in table_costs}, table_costs, own)}
+            costs.update(table_costs)
         hits = {name: int(counts[name][ids].sum()) for name, ids in held.items()}
         blowup = cfg.max_blowup if cfg.max_blowup is not None else float("inf")  # each type's packs capped
         stored = {name: src.row_bytes for name, src in features.sources.items()}
@@ -150,7 +157,7 @@ class TypedPlan:
         loader.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and "
                    f"optimizer {format_size(model_bytes)}, working set {format_size(working)}, host tier "
                    f"{format_size(sizes['host_tier_bytes'])} ("
-                   + ", ".join(f"{n}{' table' if n in table_types else ''} {placed.get(n, 0):,} rows, "
+                   + ", ".join(f"{n} {placed.get(n, 0):,} rows, "
                                f"{hits.get(n, 0) / max(1, reads[n]):.0%} of epoch 0's reads" for n in reads)
                    + f"), packer {format_size(pack_memory + plan_rows)}"
                    + (f", tables {format_size(table_bytes)} besides their hot rows" if table_bytes else "")

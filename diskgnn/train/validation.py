@@ -65,6 +65,11 @@ def validate(cfg) -> None:
         except DiskgnnError as e:
             raise UsageError(f"--features {cfg.features}: expected {RAW_FEATURES} or a quantized variant: "
                              f"{e}") from None
+    if cfg.embedding_partitions and (cfg.task != "link" or not cfg.embeddings or not 2 <= cfg.embedding_partitions
+                                     <= 64):
+        # MariusGNN's buffer order: a link epoch's edges ordered by the table's partitions
+        raise UsageError(f"--embedding-partitions {cfg.embedding_partitions}: 2 to 64, with --task link and "
+                         "--embeddings")
     if cfg.task == "link":
         _validate_link(cfg)
     if cfg.embeddings:
@@ -86,8 +91,6 @@ def _validate_embeddings(cfg) -> None:
         raise UsageError(f"--embeddings {cfg.embeddings} --embedding-lr {cfg.embedding_lr}: a width of at "
                          "least 0 and a positive rate")
     _only(cfg, f"--embeddings {cfg.embeddings}")
-    if cfg.embedding_partitions and (cfg.task != "link" or not 2 <= cfg.embedding_partitions <= 64):
-        raise UsageError(f"--embedding-partitions {cfg.embedding_partitions}: 2 to 64, with --task link")
 
 def _only(cfg, what: str) -> None:
     """Refuses the options `what` is not built for yet (issue 39), rather than running them wrong."""
@@ -120,14 +123,8 @@ def validate_graph_kind(cfg, typed: bool) -> None:
     if not cfg.hag_mode.off:
         raise UsageError(f"--hag {cfg.hag}: HAGs share partial sums of one relation's neighbour lists; not built for "
                          "heterogeneous graphs")
-    if cfg.embeddings:
-        raise UsageError("--embeddings: featureless node types of a heterogeneous graph get theirs from --featureless "
-                         "(table: the same store, out of core, per type; learned; hashed)")
-    if cfg.embedding_partitions:
-        raise UsageError(f"--embedding-partitions {cfg.embedding_partitions}: MariusGNN's buffer order is built for "
-                         "link prediction on homogeneous graphs")
-    if cfg.embedding_cache != "auto":
-        raise UsageError(f"--embedding-cache {cfg.embedding_cache}: a heterogeneous run's tables keep their hot rows "
-                         "in its one host tier, ranked with the feature rows; size it with --host-cache")
+    if cfg.embedding_cache != "auto" and not (cfg.embeddings or cfg.featureless == "table"):
+        raise UsageError(f"--embedding-cache {cfg.embedding_cache}: the run learns no tables (--embeddings N, or "
+                         "--featureless table)")
     if cfg.bases < 0:
         raise UsageError(f"--bases {cfg.bases}: must be 0 (a full matrix per relation) or more")

@@ -89,26 +89,32 @@ def test_sampled_fanouts_per_relation_repeat_their_bytes(typed_run, tmp_path):
     assert proc.returncode == 2 and "--fanouts 2: the model has 2 layers" in proc.stderr
 
 
-def test_a_table_run_reads_its_tables(tmp_path):
-    """--featureless table: the authors' rows learned out of core, read from the run's tables beside the papers'
-    and terms' features; the last checkpoint by default, the one the run tested with its tables."""
-    data = small_hetero(tmp_path, learnable=True)
-    run = tmp_path / "run"
-    run_module("diskgnn.train", "--data", data, "--workdir", run, "--epochs", "2", "--fanouts", "4,4",
-               "--batch-size", "32", "--hidden", "16", "--eval", "full", "--featureless", "table", "--no-progress",
-               check=True)
-    assert infer(run, tmp_path / "all.npy", "--output", "logits").returncode == 0
+@pytest.mark.parametrize("flags", [["--featureless", "table"], ["--embeddings", "3"]])
+def test_a_table_run_reads_its_tables(tmp_path, flags):
+    """--featureless table (the authors' rows) or --embeddings 3 (every type's, beside the papers' and terms'
+    features): read from the run's tables beside the features; the last checkpoint by default, the one the run
+    tested with its tables."""
     from diskgnn.data.format import open_dataset
     from diskgnn.infer.command import build_model, checkpoint_state, run_config
 
+    data = small_hetero(tmp_path, learnable=True)
+    run = tmp_path / "run"
+    run_module("diskgnn.train", "--data", data, "--workdir", run, "--epochs", "2", "--fanouts", "4,4",
+               "--batch-size", "32", "--hidden", "16", "--no-progress", *flags, check=True)
+    assert infer(run, tmp_path / "all.npy", "--output", "logits").returncode == 0
     ds = open_dataset(data, typed=True)
     path, state = checkpoint_state(run, "last")
     model = build_model(run_config(run), ds, path, state)
     blocks, x, nodes = whole_graph_batch(ds)
-    author = ds.schema.type("author")
-    meta = json.loads((run / "embeddings" / "author" / "table.json").read_text())
-    records = np.fromfile(run / "embeddings" / "author" / "table.bin", np.float32).reshape(author.count, -1)
-    x["author"] = torch.from_numpy(records[nodes["author"], : meta["dim"]].copy())
+    for t in ds.schema.types:
+        if (run / "embeddings" / t.name).is_dir():
+            dim = json.loads((run / "embeddings" / t.name / "table.json").read_text())["dim"]
+            records = np.fromfile(run / "embeddings" / t.name / "table.bin", np.float32).reshape(t.count, -1)
+            values = torch.from_numpy(records[nodes[t.name], :dim].copy())
+            x[t.name] = torch.cat([x[t.name], values], 1) if t.name in x else values
+    assert len(x) == 3
     with torch.no_grad():
         want = model(blocks, x, nodes)
     np.testing.assert_allclose(np.load(tmp_path / "all.npy"), want.numpy(), rtol=1e-5, atol=1e-5)
+    proc = infer(run, tmp_path / "t.npy", "--output", "table")
+    assert proc.returncode == 2 and "--output table: the run learned no --embeddings table" in proc.stderr
