@@ -41,8 +41,9 @@ class PassAccounting:
             acc.busy_s += t.busy_s
             acc.wait_s += t.wait_s
             acc.items += t.items
+        tiers = self.accounting.setdefault("tiers", {})  # (a typed run's last.pt of an earlier version has none)
         for s in p.stats():
-            t = self.accounting["tiers"].setdefault(s.name, {"hits": 0, "bytes": 0})
+            t = tiers.setdefault(s.name, {"hits": 0, "bytes": 0})
             t["hits"] += s.hits
             t["bytes"] += s.bytes
         self.accounting["disk_bytes"] = self.accounting.get("disk_bytes", 0) + p.disk_bytes()
@@ -73,7 +74,7 @@ class PassAccounting:
     def stats(self) -> dict:
         """Rows and bytes served by each tier (memory tiers, page cache, disk) over the finished train passes,
         with each tier's share of the rows (a typed run's: every featured type's together)."""
-        tiers = {name: dict(t) for name, t in self.accounting["tiers"].items()}
+        tiers = {name: dict(t) for name, t in self.accounting.get("tiers", {}).items()}
         rows = sum(t["hits"] for t in tiers.values())
         for t in tiers.values():
             t["hit_rate"] = t["hits"] / rows if rows else 0.0

@@ -144,3 +144,21 @@ def test_ctrl_c_stops_cleanly_in_one_line(train_data, tmp_path):
         proc.kill()
     assert proc.returncode == 130, (err, parent_state)
     assert err.strip().splitlines()[-1] == "train: interrupted" and "Traceback" not in err
+
+
+def test_accounting_restored_without_tier_counters_counts_on():
+    """A last.pt written before the passes counted tiers for typed runs restores accounting without "tiers": the
+    next finished train pass adds its rows to fresh counters rather than failing."""
+    from types import SimpleNamespace
+
+    from diskgnn.store.tiers import TierStats
+    from diskgnn.train.passes import PassAccounting
+
+    acc = PassAccounting()
+    acc.typed = False
+    acc.accounting = {"disk_bytes": 5}  # as such a checkpoint restores it
+    assert acc.stats() == {}
+    done = SimpleNamespace(train=True, stats=lambda: [TierStats("host", 2, 8), TierStats("disk", 1, 4)],
+                           disk_bytes=lambda: 4, source=SimpleNamespace(store=SimpleNamespace(backend="pread")))
+    acc._finished(done, SimpleNamespace(times={}))
+    assert acc.accounting["disk_bytes"] == 9 and acc.stats()["host"] == {"hits": 2, "bytes": 8, "hit_rate": 2 / 3}
