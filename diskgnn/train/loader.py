@@ -76,7 +76,7 @@ class Loader(PassAccounting):
         """`data`: a dataset directory (None: the built-in synthetic dataset); `options`: diskgnn.train's
         options (fanouts, batch_size, memory_budget, sampling, features, workdir, ...), or a whole `config`.
         `log` receives the plan's lines (None: silent). `steps_tables`: the caller steps a typed run's tables
-        (--featureless table) after each backward pass, as diskgnn.train's Run does."""
+        (--featureless table, --embeddings) after each backward pass, as diskgnn.train's Run does."""
         if config is None:
             config = from_options(data=None if data is None else str(data), **options)
         elif data is not None or options:
@@ -88,7 +88,7 @@ class Loader(PassAccounting):
         self.typed = self.ds.typed
         validate_graph_kind(cfg, self.typed)
         if self.typed and (cfg.featureless == "table" or cfg.embeddings) and not steps_tables:
-            raise UsageError("featureless='table' and embeddings: a typed run's tables train inside python -m "
+            raise UsageError("featureless='table' or embeddings: a typed run's tables train inside python -m "
                              "diskgnn.train (their rows are stepped after each backward pass); a Loader's own loop "
                              "takes learned or hashed rows")
         self.workdir = Path(cfg.workdir) if cfg.workdir else defaults.home() / "runs" / self.data.name
@@ -98,7 +98,7 @@ class Loader(PassAccounting):
         self.train_ids = self.ds.split("train")
         self.task = cfg.task_spec
         self.model = None  # a typed run's, made as it opens (its parameters size the plan); the Run trains it
-        self.tables = None  # a typed run's featureless types' tables (--featureless table)
+        self.tables = None  # a typed run's tables (--embeddings: every type's; --featureless table)
         self.hag = None  # the HAG search for blocks (plain graphs)
         if self.typed:
             self._typed_side()
@@ -135,8 +135,8 @@ class Loader(PassAccounting):
         self.hag = HagBuilder(hag)
 
     def _typed_side(self) -> None:
-        """Each featured type's rows (as stored or a quantized variant's codes, --features), the featureless
-        types' tables, the plan made before any work, the fanouts per hop and relation."""
+        """Each featured type's rows (as stored or a quantized variant's codes, --features), the tables it
+        learns (train/tables.py TypeTables), the plan made before any work, the fanouts per hop and relation."""
         cfg, schema = self.cfg, self.ds.schema
         self.task.check(self.ds, self.data)  # node classification on the target type
         self.fanouts = relation_fanouts(cfg.fanouts, schema)
