@@ -193,7 +193,7 @@ class HagBuilder:
             return [None] * len(blocks)
         with self._lock:
             if self._layers is None:
-                self._layers = [may_pay(self.mode, b) for b in blocks]
+                self._layers = [b is not None and may_pay(self.mode, b) for b in blocks]
                 if not any(self._layers):
                     self.stats.stopped = True
             layers = self._layers
@@ -218,10 +218,23 @@ class HagBuilder:
         return chosen
 
     def attach(self, blocks: list) -> list:
-        for block, hag in zip(blocks, self.choose(blocks)):
-            block.hag = hag
+        """Each of a MiniBatch's blocks (the model's order) given its HAG where it pays."""
+        set_hags(blocks, self.choose(record_order(blocks[::-1])))
         return blocks
 
     def encode(self, batch) -> bytes:
         """A sampled batch's HAGs (in its blocks' order) as stored after its record."""
-        return encode(self.choose(batch.blocks))
+        return encode(self.choose(record_order(batch.hops)))
+
+
+def record_order(hops: list) -> list:
+    """A batch's blocks in the order of its stored HAGs: hop 0 first, a typed hop's every relation in turn (None
+    where the hop does not follow it)."""
+    return [b for hop in hops for b in (hop if isinstance(hop, list) else [hop])]
+
+
+def set_hags(blocks: list, hags: list) -> None:
+    """A MiniBatch's blocks (the model's order, a typed hop's a list per relation) given `hags` (record order)."""
+    for block, hag in zip(record_order(blocks[::-1]), hags):
+        if block is not None:
+            block.hag = hag

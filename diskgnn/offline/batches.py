@@ -125,8 +125,9 @@ def parse_typed_record(buf, index: int, relations, seed_type: int, type_names, f
             followed = fanouts is None or fanouts[h][r] != 0
             hop.append(Block(indptr, indices, n_dst, int(counts[h + 1, src])) if followed else None)
         hops.append(hop)
-    # before hop 0: the seeds alone
-    return Batch(index, nodes, hops, int(counts[0].sum()), None, counts, seed_type, tuple(type_names))
+    end = -(-off // 8) * 8  # as parse_record's; counts[0]: the seeds alone
+    return Batch(index, nodes, hops, int(counts[0].sum()), memoryview(buf)[end:] if len(buf) > end else None,
+                 counts, seed_type, tuple(type_names))
 
 
 class SampleFile(RecordFile):

@@ -206,8 +206,8 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
         if not fanouts or any(len(hop) != len(graph.relations) or min(hop) < -1 for hop in fanouts):
             raise DiskgnnError(f"fanouts {fanouts}: per hop, a count >= -1 for each of the "
                                f"{len(graph.relations)} relations")
-        if (hag is not None and hag.active) or partition_rows:
-            raise DiskgnnError("a typed graph's batches have no HAGs or partitions: both are one relation's")
+        if partition_rows:
+            raise DiskgnnError("a typed graph's batches have no partitions: they are one relation's")
     else:
         fanouts = [int(f) for f in fanouts]
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):
@@ -246,7 +246,7 @@ def sample_epoch(dataset: Dataset, out_path, *, fanouts, batch_size: int, seed: 
     def with_hags(pool, records: list) -> list:
         if hag is None or not hag.active:
             return records
-        return list(pool.map(lambda rec: rec + hag.encode(parse_record(rec, 0)), records))
+        return list(pool.map(lambda rec: rec + hag.encode(graph.parse(rec, 0, fanouts=fanouts)), records))
 
     def sample_all() -> None:
         nonlocal seen_seeds

@@ -9,7 +9,7 @@ import os
 import torch
 
 from .. import defaults
-from ..loading.hag import decode as hag_decode
+from ..loading.hag import decode as hag_decode, set_hags
 from ..nn.models import activation_bytes
 from .base import Target
 
@@ -47,8 +47,7 @@ class CpuTarget(Target):
         stored = batch.hag_bytes if share is None else None
         work = self.minibatch(batch, labels, share)
         if stored is not None:
-            for block, found in zip(work.blocks, hag_decode(stored)[::-1]):  # the model's order
-                block.hag = found
+            set_hags(work.blocks, hag_decode(stored))
         elif hag is not None:
             hag.attach(work.blocks)
         return work

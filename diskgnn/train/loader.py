@@ -99,11 +99,13 @@ class Loader(PassAccounting):
         self.task = cfg.task_spec
         self.model = None  # a typed run's, made as it opens (its parameters size the plan); the Run trains it
         self.tables = None  # a typed run's tables (--embeddings: every type's; --featureless table)
-        self.hag = None  # the HAG search for blocks (plain graphs)
         if self.typed:
             self._typed_side()
         else:
             self._plain_side()
+        # the HAG search for blocks (a typed batch's per relation); GAT weights every edge: no shared partial sums;
+        # the HAG kernels are the CPU's
+        self.hag = HagBuilder(cfg.hag if not cfg.weighs_every_edge and target_for(self.plan.device).hag else "off")
         PassAccounting.__init__(self)
         self.device = self.plan.device
         self.target = target_for(self.device)  # where batches are assembled and steps computed
@@ -130,9 +132,6 @@ class Loader(PassAccounting):
         # decides the device, the precision, the host gather
         self.plan: Plan | TypedPlan = make_plan(self.ds, self.source, cfg, self.group.world)
         self.fanouts, self.eval_fanouts = cfg.fanout_list, cfg.eval_fanout_list
-        # GAT weights every edge: no shared partial sums; the HAG kernels are the CPU's.
-        hag = cfg.hag if not cfg.weighs_every_edge and target_for(self.plan.device).hag else "off"
-        self.hag = HagBuilder(hag)
 
     def _typed_side(self) -> None:
         """Each featured type's rows (as stored or a quantized variant's codes, --features), the tables it
@@ -164,7 +163,7 @@ class Loader(PassAccounting):
         if self.typed:
             torch.manual_seed(cfg.seed)
             self.model = model or new_model(cfg, self.ds).to(self.device)
-            lines = [TypedPlan.schema_line(cfg, self.ds, self.fanouts)]
+            lines = [TypedPlan.schema_line(cfg, self.ds, self.fanouts)] + hag_lines(cfg, self.hag.mode)
         else:
             lines = plan_lines(self.plan) + hag_lines(cfg, self.hag.mode)
         if self.group.active:
@@ -248,7 +247,7 @@ class Loader(PassAccounting):
 
     def graph_hag(self):
         """The dataset's stored whole-graph HAG under --hag on|auto (searched and stored at first use), else None."""
-        if self.hag is None or self.hag.mode == "off":
+        if self.typed or self.hag.mode == "off":  # a typed run's --eval full is sampled (every neighbour)
             return None
         if self._graph_hag is False:  # not looked for yet
             self._graph_hag = graph_hag(self.ds, self.hag.mode, fallback_dir=self.workdir, threads=self.cfg.threads,

@@ -150,9 +150,9 @@ def data_summary(loader) -> dict:
         "device": plan.device,
         "dataset": str(loader.data),
     }
+    graph = loader.graph_hag() if loader.hag.mode != "off" and loader._graph_hag is not False else None
+    out["hag"] = {**loader.hag.stats.to_dict(), **({"graph": graph.stats()} if graph else {})}
     if loader.typed:
         return {**out, "heterogeneous": True, "plan": plan.sizes, "features": loader.source.summary()}
-    graph = loader.graph_hag() if loader.hag.mode != "off" and loader._graph_hag is not False else None
-    return {**out, "hag": {**loader.hag.stats.to_dict(), **({"graph": graph.stats()} if graph else {})},
-            "features": loader.source.name, "feature_row_bytes": loader.source.row_bytes,
+    return {**out, "features": loader.source.name, "feature_row_bytes": loader.source.row_bytes,
             "host_gather": plan.host_gather.line, "plan": plan_dict(plan)}

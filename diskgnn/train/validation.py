@@ -120,9 +120,6 @@ def validate_graph_kind(cfg, typed: bool) -> None:
     if cfg.distribution.independent and cfg.featureless == "table":
         raise UsageError("--featureless table under --distributed: each rank's table would be its own file, its "
                          "rows learned apart; use learned (in memory, averaged by DDP) or hashed")
-    if not cfg.hag_mode.off:
-        raise UsageError(f"--hag {cfg.hag}: HAGs share partial sums of one relation's neighbour lists; not built for "
-                         "heterogeneous graphs")
     if cfg.embedding_cache != "auto" and not (cfg.embeddings or cfg.featureless == "table"):
         raise UsageError(f"--embedding-cache {cfg.embedding_cache}: the run learns no tables (--embeddings N, or "
                          "--featureless table)")

@@ -241,6 +241,42 @@ def test_sample_files_store_each_batchs_hags_under_its_checksum(train_data, tmp_
         SampleFile(tmp_path / "hag.samples")[0]
 
 
+def test_a_typed_batch_stores_a_hag_per_relation_block(tmp_path):
+    """A typed graph's offline sampling stores a HAG per (hop, relation) block, hop 0 first (none where the hop does
+    not follow the relation); the loader's blocks run them with sums equal to the plain ones, and the HAGs found
+    online (attached to a MiniBatch's blocks, the model's order) sit on the same blocks."""
+    from conftest import small_hetero
+    from diskgnn.data.format import open_dataset
+    from diskgnn.loading.blocks import sampled_blocks
+    from diskgnn.offline.sample import sample_epoch
+    from diskgnn.target.cpu import CpuTarget
+
+    ds = open_dataset(small_hetero(tmp_path), typed=True)
+    rels = len(ds.schema.relations)
+    fanouts = [[-1] * rels, [-1 if r % 2 else 0 for r in range(rels)]]  # hop 1 leaves every other relation out
+    common = dict(fanouts=fanouts, batch_size=37, seed=0, epoch=0, threads=2)
+    plain = sample_epoch(ds, tmp_path / "plain.samples", **common)
+    builder = HagBuilder("on")
+    stored = sample_epoch(ds, tmp_path / "hag.samples", hag=builder, **common)
+    assert stored.hag_mode == "on" and builder.stats.used > 0 and len(stored) == len(plain) > 1
+    labels = np.asarray(ds.labels)
+    ran = 0
+    for b in range(len(stored)):
+        work = CpuTarget().prepare(stored[b], labels)
+        online = CpuTarget().prepare(plain[b], labels, hag=HagBuilder("on"))
+        assert plain[b].hag_bytes is None and work.blocks[0][0] is None  # hop 1 is the model's first
+        for hop, mine, reference in zip(work.blocks, online.blocks, sampled_blocks(plain[b])):
+            for block, found, ref in zip(hop, mine, reference):
+                if ref is None:
+                    assert block is None and found is None
+                    continue
+                h = torch.randn(block.num_src, 5, generator=torch.Generator().manual_seed(b))
+                torch.testing.assert_close(block.mean_neighbours(h), ref.mean_neighbours(h), rtol=1e-5, atol=1e-5)
+                assert (block.hag is None) == (found.hag is None)
+                ran += block.hag is not None
+    assert ran == builder.stats.used
+
+
 def test_training_through_hags_matches_plain_sums(train_data, tmp_path):
     """The trainer with --hag on (full neighbourhoods: shared pairs exist; HAGs stored in the sample files) ends where
     --hag off does, up to float reassociation, and its summary says how many blocks ran through a HAG."""

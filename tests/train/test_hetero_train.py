@@ -287,6 +287,22 @@ def test_labor_per_relation_and_the_recent_rows_tier(hds, tmp_path):
     assert online["val_acc"] == kept["val_acc"] and kept["test_acc"] > 0.6  # chance: a third
 
 
+def test_hags_per_relation_train_as_plain_sums(hds, tmp_path):
+    """--hag on on a typed graph (every neighbour: shared pairs exist): each relation's blocks run through their
+    HAGs, stored with the batches (offline) or found as each batch is decoded (online), R-GCN's as RGraphSAGE's, and
+    training ends where --hag off does, up to float reassociation."""
+    args = ("--epochs", "2", "--fanouts=-1,-1", "--dropout", "0")
+    for model in ("sage", "rgcn"):
+        off, _ = train(hds, tmp_path / f"off-{model}", *args, "--model", model)
+        on, out = train(hds, tmp_path / f"on-{model}", *args, "--model", model, "--hag", "on")
+        online, _ = train(hds, tmp_path / f"online-{model}", *args, "--model", model, "--hag", "on", "--sampling",
+                          "online")
+        assert "plan: --hag on: each block's HAG searched as each batch is sampled" in out and off["hag"]["blocks"] == 0
+        for run in (on, online):
+            assert run["hag"]["used"] > 0 and run["train_loss"] == pytest.approx(off["train_loss"], rel=1e-4)
+            assert run["test_acc"] == pytest.approx(off["test_acc"], abs=0.02)
+
+
 def test_max_blowup_caps_each_types_packs(hds, tmp_path):
     """--max-blowup on a typed graph: each featured type's packs hold at most that many times the type's rows
     (batches share segments), and the run trains to the same losses as uncapped packs."""
@@ -326,7 +342,6 @@ def test_quantized_rows_per_type_train_and_read_fewer_bytes(tmp_path):
 
 
 @pytest.mark.parametrize("flags,match", [
-    (["--hag", "on"], "--hag on: HAGs"),
     (["--model", "gat", "--heads", "3"], "--hidden 256: gat needs a multiple of --heads 3"),
     (["--features", "author=sq8"], "--features author=sq8: 'author=sq8' names no featured node type"),
     (["--fanouts", "nope=3"], "--fanouts: 'nope' is not a relation of this graph"),
