@@ -65,9 +65,6 @@ class TypedRows:
                 acc.hits += st.hits
                 acc.bytes += st.bytes
 
-    def held_bytes(self) -> int:
-        return sum(p.tier_ids[0].size * (8 + self.sources[n].row_bytes) for n, p in self.placements.items())
-
     @property
     def backend_name(self) -> str:
         """The reader the stores read with (`auto` resolved, and whether O_DIRECT), or none without features."""

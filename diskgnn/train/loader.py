@@ -148,7 +148,7 @@ class Loader(PassAccounting):
         self.source = TypedRows(self.ds, cfg.backend, type_variants(cfg.features, schema))
         for name, src in self.source.sources.items():
             check_fidelity(src, cfg, name)
-        self.tables = TypeTables(cfg, schema, self.workdir)
+        self.tables = TypeTables(cfg, schema, self.workdir, self.group)
 
     def open(self, model: torch.nn.Module | None = None) -> "Loader":
         """Makes the run's data ready, in this order: the workdir locked and the configuration saved in it, the plan

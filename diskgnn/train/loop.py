@@ -135,6 +135,7 @@ def _train(cfg: TrainConfig, memory: AnonPeak, group: Group) -> dict:
                                                        data.accounting), "world": group.world,
                                       "dataset": data.ds.manifest.get("manifest_checksum"),
                                       **({"embeddings": tables} if tables is not None else {})})
+        group.broadcast(None)  # no rank's table journals start over before rank 0 has saved last.pt
         run.tables_committed()
 
     def validated(val: float, state: EpochState, end: bool) -> float:

@@ -12,7 +12,9 @@ flush, committed, at_best, summary, close):
 Per batch, in the training thread (after the step before has stored its rows): `inputs` gathers the batch's
 records and hands their values to the model as leaves beside (or as) its rows; after the backward pass `step`
 applies their gradient and stores them. Each table keeps its optimizer state (--embedding-optimizer,
---embedding-lr) in its records.
+--embedding-lr) in its records. Under --distributed independent each rank keeps a copy of every table in its own
+workdir, made from the same seed, and steps every rank's rows with their gradients averaged over the ranks (as DDP
+averages the model's): the copies stay equal, bit for bit, and the ranks learn one table.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class NodeTable:
         return (torch.cat([mb.x, values], 1) if mb.x.shape[1] else values), (records, values)
 
     def step(self, mb, trained) -> None:
-        self.table.step(mb.input_nodes, trained[0], trained[1].grad.cpu())
+        self.table.step(*every_rank(self.loader.group, self.table, mb.input_nodes, *trained))
 
     def flush(self) -> dict:
         """The table on disk as of the checkpoint about to be saved; what last.pt keeps of it."""
@@ -89,8 +91,8 @@ class TypeTables:
     """A typed run's tables: every type's under --embeddings, else the featureless types' under --featureless table
     (none otherwise). The plan keys a type's table "<type> table" beside the type's feature rows."""
 
-    def __init__(self, cfg, schema, workdir):
-        self.cfg, self.dir = cfg, workdir / "embeddings"
+    def __init__(self, cfg, schema, workdir, group):
+        self.cfg, self.dir, self.group = cfg, workdir / "embeddings", group
         if cfg.embeddings:
             self.types, self.dim = list(schema.types), cfg.embeddings
         else:
@@ -111,8 +113,8 @@ class TypeTables:
 
     def memory(self, batch_rows: dict[str, int]) -> int:
         """The tables' memory besides their hot rows (`batch_rows[type]`: a batch's rows of it at most)."""
-        return sum(working_bytes(t.count, self.dim, self.cfg.embedding_optimizer, batch_rows.get(t.name, 0))
-                   for t in self.types)
+        return sum(working_bytes(t.count, self.dim, self.cfg.embedding_optimizer,
+                                 batch_rows.get(t.name, 0) * self.group.world) for t in self.types)
 
     def disk(self) -> int:
         """Each table's file and, at worst, its undo journal of every row."""
@@ -153,8 +155,9 @@ class TypeTables:
     def step(self, mb, trained: dict) -> None:
         nodes = mb.nodes
         for name, (records, values) in trained.items():
-            if values.grad is not None:  # a type no layer reached this batch leaves its rows as they were
-                self.tables[name].step(nodes[name], records, values.grad.float().cpu())
+            step = every_rank(self.group, self.tables[name], nodes[name], records, values)
+            if step is not None:  # a type no layer reached this batch (on any rank) leaves its rows as they were
+                self.tables[name].step(*step)
 
     def flush(self) -> dict:
         """Every table on disk as of the checkpoint about to be saved; returns what that checkpoint keeps."""
@@ -185,3 +188,20 @@ class TypeTables:
 
     def __bool__(self) -> bool:
         return bool(self.types)
+
+
+def every_rank(group, table: EmbeddingTable, ids: np.ndarray, records: torch.Tensor, values: torch.Tensor):
+    """What a table steps (ids, their records, their values' gradient; None where no layer reached them): this
+    rank's batch's rows, or under torchrun every rank's once each, their gradients summed in rank order (zeros
+    where a rank's layers did not reach them) and divided by the ranks, their records gathered again (this rank's
+    as it read them: nothing stepped them since)."""
+    grad = None if values.grad is None else values.grad.float().cpu()
+    if not group.active:
+        return None if grad is None else (ids, records, grad)
+    parts = group.gather((np.asarray(ids, np.int64), grad))
+    if all(g is None for _, g in parts):
+        return None
+    rows, inverse = np.unique(np.concatenate([i for i, _ in parts]), return_inverse=True)
+    grads = torch.cat([torch.zeros(i.size, table.dim) if g is None else g for i, g in parts])
+    summed = torch.zeros(rows.size, table.dim).index_add_(0, torch.from_numpy(inverse.ravel()), grads)
+    return rows, table.gather(rows), summed / group.world

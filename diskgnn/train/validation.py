@@ -90,12 +90,12 @@ def _validate_embeddings(cfg) -> None:
     if cfg.embeddings < 0 or cfg.embedding_lr <= 0:
         raise UsageError(f"--embeddings {cfg.embeddings} --embedding-lr {cfg.embedding_lr}: a width of at "
                          "least 0 and a positive rate")
-    _only(cfg, f"--embeddings {cfg.embeddings}")
+    _only(cfg, f"--embeddings {cfg.embeddings}", ("none", "independent"))
 
-def _only(cfg, what: str) -> None:
+def _only(cfg, what: str, distributed=("none",)) -> None:
     """Refuses the options `what` is not built for yet (issue 39), rather than running them wrong."""
     for flag, value, supported in (("--sampling", cfg.sampling, ("offline",)), ("--eval", cfg.eval, (
-            "sampled", "none")), ("--distributed", cfg.distributed, ("none",)), ("--hag", cfg.hag, ("off",))):
+            "sampled", "none")), ("--distributed", cfg.distributed, distributed), ("--hag", cfg.hag, ("off",))):
         if value not in supported:
             raise UsageError(f"{flag} {value}: {what} trains with {flag} {' or '.join(supported)} only, so far")
 
@@ -117,9 +117,6 @@ def validate_graph_kind(cfg, typed: bool) -> None:
     if cfg.distribution.cooperative:
         raise UsageError("--distributed cooperative: its exchange plan owns one node type's rows; on heterogeneous "
                          "graphs train with --distributed independent")
-    if cfg.distribution.independent and cfg.featureless == "table":
-        raise UsageError("--featureless table under --distributed: each rank's table would be its own file, its "
-                         "rows learned apart; use learned (in memory, averaged by DDP) or hashed")
     if cfg.embedding_cache != "auto" and not (cfg.embeddings or cfg.featureless == "table"):
         raise UsageError(f"--embedding-cache {cfg.embedding_cache}: the run learns no tables (--embeddings N, or "
                          "--featureless table)")

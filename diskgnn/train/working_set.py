@@ -33,7 +33,7 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
                 rows: int | None = None, world: int = 1) -> int:
     """Host memory the run needs besides its caches: an estimate, checked against the budget. `precision`: the
     step's on a CPU; `rows`: a batch's input rows at most (default: batch_layers' bound); `world`: the ranks
-    (each packs its share of the epoch)."""
+    (each packs its share of the epoch, and steps every rank's table rows: train/tables.py)."""
     layers = batch_layers(ds, cfg.seeds_per_batch, cfg.fanout_list)
     rows = layers[0][0] if rows is None else rows
     tables = ds.num_nodes * (5 + 8)  # placement lookup tables, access counts
@@ -41,7 +41,7 @@ def working_set(ds: Dataset, source: FeatureSource, cfg: TrainConfig, read_depth
     host = target_for(device).host_bytes(source, cfg, layers, dims, rows, read_depth, precision)
     packs = pack_plan_bytes(ds, cfg, rows, world) if source.row_bytes else 0  # a featureless dataset packs nothing
     return defaults.TRAIN_BASE_RSS + tables + host + pack_memory + packs + embedding_bytes(
-        ds.num_nodes, cfg.embeddings, cfg.embedding_optimizer, rows)
+        ds.num_nodes, cfg.embeddings, cfg.embedding_optimizer, rows * world)
 
 
 def pack_plan_bytes(ds: Dataset, cfg: TrainConfig, rows: int, world: int = 1) -> int:

@@ -33,7 +33,7 @@ def test_rows_by_id_match_numpy(tmp_path, budget_rows):
     assert {n: ids.tolist() for n, ids in held.items()} == {0: {"w": [], "o": []}, 2: {"w": [3], "o": [0]},
                                                             10**6: {"w": [3, 7, 198], "o": [0]}}[budget_rows]
     rows.place({n: held_placement(rows.sources[n].num_rows, ids, counts[n]) for n, ids in held.items()})
-    assert rows.held_bytes() == sum(ids.size * costs[n] for n, ids in held.items())
+    assert {n: p.tier_ids[0].tolist() for n, p in rows.placements.items()} == {n: i.tolist() for n, i in held.items()}
     typed = rows.store()
     stores = typed.stores
     for name, ids in (("w", [198, 3, 3, 0, 7, 100]), ("o", [0, 0]), ("w", []), ("w", [5])):
