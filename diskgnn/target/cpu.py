@@ -53,7 +53,7 @@ class CpuTarget(Target):
         return work
 
     def transfer(self, work, store):
-        work.x = store.to_device(work.pending)
+        work.x, work.pending = store.to_device(work.pending), None  # the stored rows (float16, codes) decoded: freed
         return work
 
     def host_bytes(self, source, cfg, layers, dims, rows: int, read_depth: int, precision: str) -> int:
