@@ -81,12 +81,11 @@ def typed_outputs(model, ds, nodes: np.ndarray, k: int, fanouts: list, batch_siz
     first = start // batch_size
     try:
         for b, mb in zip(range(first, len(batches)), loader.pipeline(np.arange(first, len(batches)))):
-            x = {name: v.to(device) for name, v in mb.x.items()}
+            x = dict(mb.moved(device).x)
             for name, (records, dim) in tables.items():  # beside a type's features, or as its rows
                 values = read_rows(records, mb.nodes[name])[:, :dim].to(device)
                 x[name] = torch.cat([x[name], values], 1) if name in x else values
-            blocks = [[blk if blk is None else blk.to(device) for blk in hop] for hop in mb.blocks]
-            h = model.outputs(blocks, x, mb.nodes, k)
+            h = model.outputs(mb.blocks, x, mb.nodes, k)
             back = np.searchsorted(mb.seeds, nodes[b * batch_size: (b + 1) * batch_size])
             yield b * batch_size, h.float().cpu()[torch.from_numpy(back)]
     finally:

@@ -117,6 +117,13 @@ class MiniBatch:
         """Global ids of the nodes whose labels are `labels`."""
         return self.batch.seeds if self.share is None else self.share.seed_ids
 
+    def moved(self, device) -> "MiniBatch":
+        """A typed batch laid out on the host, its rows, blocks and labels moved to `device`."""
+        self.x = {name: x.to(device, non_blocking=True) for name, x in self.x.items()}
+        self.blocks = [[b if b is None else b.to(device, non_blocking=True) for b in hop] for hop in self.blocks]
+        self.labels = self.labels.to(device, non_blocking=True)
+        return self
+
     def to_pyg(self):
         """This batch as a PyTorch Geometric `Data` (loading/subgraph.py; needs torch_geometric)."""
         from .subgraph import to_pyg

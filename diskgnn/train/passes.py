@@ -106,7 +106,7 @@ class Pass:
                     mb.wait()  # the consumer's stream waits for the batch's copies
                     if self.train:
                         loader._count(mb)
-                    yield _on_device(mb, loader.device) if moved else mb
+                    yield mb.moved(loader.device) if moved else mb
         finally:
             loader._finished(self, pipeline)
 
@@ -115,14 +115,6 @@ class Pass:
 
     def disk_bytes(self) -> int:
         return self.source.disk_bytes() if self.source is not None else 0
-
-
-def _on_device(mb: MiniBatch, device) -> MiniBatch:
-    """A typed batch laid out on the host, moved to `device`."""
-    mb.x = {name: x.to(device, non_blocking=True) for name, x in mb.x.items()}
-    mb.blocks = [[b if b is None else b.to(device, non_blocking=True) for b in hop] for hop in mb.blocks]
-    mb.labels = mb.labels.to(device, non_blocking=True)
-    return mb
 
 
 class EvalPass:
