@@ -117,7 +117,7 @@ def test_a_typed_epoch_refuses_what_only_one_relation_samples(graph, tmp_path):
 
     ds, g = graph
     fan = relation_fanouts("2", ds.schema)
-    with pytest.raises(DiskgnnError, match="no HAGs or partitions"):
+    with pytest.raises(DiskgnnError, match="no partitions"):
         sample_epoch(ds, tmp_path / "p.samples", graph=g, fanouts=fan, batch_size=13, seed=0, epoch=0,
                      partition_rows=50)
     with pytest.raises(DiskgnnError, match="for each of the"):
