@@ -124,6 +124,15 @@ file_reader::file_reader(const std::string& path, const reader_options& options)
 file_reader::~file_reader() { close(); }
 
 void file_reader::close() {
+  if (::getpid() != owner_) {
+    // Inherited across fork (a DataLoader worker collecting its parent's reader): the engine's threads live
+    // only in the parent, so stopping them here would wait forever. The engine is left to this process's exit;
+    // closing this process's copy of the fd leaves the parent's reader as it is.
+    (void)engine_.release();
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    return;
+  }
   std::lock_guard<std::mutex> lock(engine_mutex_);
   engine_.reset();  // finishes every queued read first
   if (fd_ >= 0) ::close(fd_);

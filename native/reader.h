@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 namespace diskgnn {
 
 /// @brief Bytes [file_offset, file_offset + length) of the file go to
@@ -163,6 +165,7 @@ class file_reader {
   std::string path_;
   reader_options options_;
   int fd_ = -1;
+  pid_t owner_ = ::getpid();  // the process whose threads the engine runs on (a forked child has none)
   uint64_t file_size_ = 0;
   std::string backend_;
   bool direct_ = false;

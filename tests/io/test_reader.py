@@ -312,3 +312,22 @@ def test_a_ctrl_c_inside_a_dropped_handles_wait_still_waits_and_prints_nothing(c
     del handle
     assert Ticket.calls == 2
     assert "Exception ignored" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_a_forked_child_lets_go_of_its_parents_reader(data_file, backend):
+    """A child forked from a process with an open reader (a DataLoader worker whose garbage collector frees its
+    parent's) closes its copy at once, though the engine's threads are not in it; the parent's still reads."""
+    import multiprocessing
+
+    path, data = data_file
+    r = open_reader(path, backend)
+    child = multiprocessing.get_context("fork").Process(target=r.close)
+    child.start()
+    child.join(60)
+    stuck = child.is_alive()
+    if stuck:
+        child.kill()
+    assert not stuck and child.exitcode == 0
+    np.testing.assert_array_equal(r.gather_rows([3, 0], 4097), oracle(data, [3, 0], 4097))
+    r.close()
