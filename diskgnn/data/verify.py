@@ -102,19 +102,17 @@ def main(argv=None) -> None:
     ap = ArgumentParser(prog="python -m diskgnn.verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("dataset", help="dataset directory written by diskgnn.prepare")
     args = ap.parse_args(argv)
-    if is_hetero(read_manifest(args.dataset, None)):
-        from .hetero.verify import verify_hetero
+    from .hetero.verify import verify_hetero
 
-        problems = verify_hetero(args.dataset)
-        if problems:
-            raise DiskgnnError("; ".join(problems))
+    typed = is_hetero(read_manifest(args.dataset, None))
+    problems = (verify_hetero if typed else verify)(args.dataset)
+    if problems:
+        raise DiskgnnError("; ".join(problems))
+    if typed:
         m = read_hetero_manifest(args.dataset)
         print(f"verify: OK: {Path(args.dataset)} (heterogeneous: {len(m['hetero']['node_types'])} node types, "
               f"{len(m['hetero']['relations'])} relations, {len(m['files'])} files, checksums and invariants hold)")
         return
-    problems = verify(args.dataset)
-    if problems:
-        raise DiskgnnError("; ".join(problems))
     m = read_manifest(args.dataset)
     print(f"verify: OK: {Path(args.dataset)} ({m['num_nodes']} nodes, {m['num_edges']} edges, "
           f"{len(m['files'])} files, checksums and invariants hold)")

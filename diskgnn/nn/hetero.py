@@ -36,8 +36,6 @@ from .dropout import Dropout, ReseededDropout
 from .models import GATLayer, GCNLayer, RelationGAT, RelationGCN
 
 HETERO_MODELS = ("sage", "gcn", "gat", "rgcn")
-FEATURELESS = ("learned", "table", "hashed")
-RELATION_AGGR = ("sum", "mean")
 
 
 def hashed_rows(type_index: int, ids: np.ndarray, dim: int) -> torch.Tensor:
