@@ -449,9 +449,13 @@ PYBIND11_MODULE(_native, m) {
                  const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& seeds,
                  const std::vector<int64_t>& batch_offsets, const std::vector<uint64_t>& batch_keys,
                  const std::vector<std::vector<int64_t>>& fanouts, uint64_t seed, int num_threads, bool labor,
-                 bool layer_dependency, uint64_t batch_dependency) {
+                 bool layer_dependency, uint64_t batch_dependency,
+                 const py::array_t<int32_t, py::array::c_style | py::array::forcecast>& seed_types) {
         if (batch_offsets.empty() || batch_offsets.front() != 0 || batch_offsets.back() != seeds.size()) {
           throw std::invalid_argument("batch_offsets must run from 0 to len(seeds)");
+        }
+        if (seed_types.size() != 0 && seed_types.size() != seeds.size()) {
+          throw std::invalid_argument("seed_types: one type per seed, or none (all of the target type)");
         }
         if (graphs.size() != src_types.size() || graphs.size() != dst_types.size()) {
           throw std::invalid_argument("need a source and a destination type per relation");
@@ -462,7 +466,8 @@ PYBIND11_MODULE(_native, m) {
         std::vector<diskgnn::SampleRecord> records;
         {
           py::gil_scoped_release release;
-          records = diskgnn::sample_hetero_batches(rels, num_types, target_type, seeds.data(), batch_offsets,
+          records = diskgnn::sample_hetero_batches(rels, num_types, target_type, seeds.data(),
+                                                   seed_types.size() ? seed_types.data() : nullptr, batch_offsets,
                                                    batch_keys, fanouts, o, num_threads);
         }
         py::list out;
@@ -472,8 +477,9 @@ PYBIND11_MODULE(_native, m) {
       py::arg("graphs"), py::arg("src_types"), py::arg("dst_types"), py::arg("num_types"), py::arg("target_type"),
       py::arg("seeds"), py::arg("batch_offsets"), py::arg("batch_keys"), py::arg("fanouts"), py::arg("seed"),
       py::arg("num_threads"), py::arg("labor") = false, py::arg("layer_dependency") = false,
-      py::arg("batch_dependency") = 1,
-      "Samples batches of target-type seeds over typed relations (fanouts[hop][relation]; -1 all, 0 none), "
+      py::arg("batch_dependency") = 1, py::arg("seed_types") = py::array_t<int32_t>(0),
+      "Samples batches of target-type seeds (or of seed_types[i]) over typed relations (fanouts[hop][relation]; "
+      "-1 all, 0 none), "
       "node-wise uniform or LABOR-0 per relation; one record (bytes) per batch, layout in sampler.h.");
   m.def(
       "labor_variates",

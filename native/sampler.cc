@@ -311,19 +311,21 @@ std::vector<SampleRecord> in_parallel(const std::vector<uint64_t>& batch_keys, i
 }
 
 SampleRecord sample_hetero_one(const std::vector<HeteroRelation>& relations, int num_types, int target_type,
-                               const int64_t* seeds, int64_t n_seeds, uint64_t key,
+                               const int64_t* seeds, const int32_t* seed_types, int64_t n_seeds, uint64_t key,
                                const std::vector<std::vector<int64_t>>& fanouts, const sampling_options& o,
                                std::vector<LocalIds>& ids) {
   const size_t layers = fanouts.size(), nrel = relations.size();
   Rng rng(o.seed, key);
   std::vector<std::vector<int64_t>> nodes(num_types);
   for (int t = 0; t < num_types; ++t) ids[t].reset(t == target_type ? static_cast<size_t>(n_seeds) * 8 : 64);
-  nodes[target_type].assign(seeds, seeds + n_seeds);
   for (int64_t i = 0; i < n_seeds; ++i) {
+    const int t = seed_types ? seed_types[i] : target_type;
     bool inserted;
-    if (ids[target_type].find_or_insert(seeds[i], static_cast<int32_t>(i), &inserted) != i || !inserted) {
+    const auto local = static_cast<int32_t>(nodes[t].size());
+    if (ids[t].find_or_insert(seeds[i], local, &inserted) != local || !inserted) {
       throw std::invalid_argument("a batch lists the same seed twice");
     }
+    nodes[t].push_back(seeds[i]);
   }
   std::vector<int64_t> counts;  // n[h][t], h = 0..L
   std::vector<std::vector<int32_t>> indptrs(layers * nrel), indices(layers * nrel);
@@ -450,7 +452,7 @@ std::vector<SampleRecord> sample_batches(const CscView& graph, const int64_t* se
 }
 
 std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation>& relations, int num_types,
-                                                int target_type, const int64_t* seeds,
+                                                int target_type, const int64_t* seeds, const int32_t* seed_types,
                                                 const std::vector<int64_t>& batch_offsets,
                                                 const std::vector<uint64_t>& batch_keys,
                                                 const std::vector<std::vector<int64_t>>& fanouts,
@@ -466,19 +468,20 @@ std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation
   for (const auto& f : fanouts) {
     if (f.size() != relations.size()) throw std::invalid_argument("need one fanout per relation at every hop");
   }
-  int64_t targets = -1;
-  for (const auto& r : relations) {
-    if (r.dst_type == target_type) targets = r.graph->num_nodes();
-  }
+  std::vector<int64_t> sizes(num_types, -1);  // a type's node count, where a relation ends in it
+  for (const auto& r : relations) sizes[r.dst_type] = r.graph->num_nodes();
   for (int64_t i = 0; i < batch_offsets.back(); ++i) {
-    if (seeds[i] < 0 || (targets >= 0 && seeds[i] >= targets)) {
-      throw std::out_of_range("seed " + std::to_string(seeds[i]) + " is not a node of the target type");
+    const int t = seed_types ? seed_types[i] : target_type;
+    if (t < 0 || t >= num_types) throw std::out_of_range("a seed's type is out of range");
+    if (seeds[i] < 0 || (sizes[t] >= 0 && seeds[i] >= sizes[t])) {
+      throw std::out_of_range("seed " + std::to_string(seeds[i]) + " is not a node of its type");
     }
   }
   using TypedIds = std::vector<LocalIds>;
   return in_parallel(batch_keys, num_threads, [&] { return TypedIds(num_types, LocalIds(1024)); },
                      [&](size_t b, TypedIds& ids) {
     return sample_hetero_one(relations, num_types, target_type, seeds + batch_offsets[b],
+                             seed_types ? seed_types + batch_offsets[b] : nullptr,
                              batch_offsets[b + 1] - batch_offsets[b], batch_keys[b], fanouts, options, ids);
   });
 }

@@ -102,7 +102,8 @@ struct HeteroRelation {
   int src_type, dst_type;
 };
 
-/// @brief Samples batches of target-type seeds over typed relations: node-wise uniform, each batch from its own
+/// @brief Samples batches of seeds over typed relations (of the target type, or seed_types[i] where given:
+/// a type's seeds come first among its nodes, in the order given): node-wise uniform, each batch from its own
 /// random stream keyed by (options.seed, batch key), or (options.labor) LABOR-0 per relation, the batch key its
 /// step, each source type's nodes with their own variates (layer and batch dependency as for one relation).
 /// options.fanouts is unused: a typed graph's are per hop and relation.
@@ -113,7 +114,7 @@ struct HeteroRelation {
 /// ids of its n[L][t] nodes (seeds first), then per hop h and relation r int32 indptr[n[h][dst(r)] + 1] and
 /// int32 indices[e[h][r]] (positions among the source type's nodes), padded to a multiple of 8 bytes.
 std::vector<SampleRecord> sample_hetero_batches(const std::vector<HeteroRelation>& relations, int num_types,
-                                                int target_type, const int64_t* seeds,
+                                                int target_type, const int64_t* seeds, const int32_t* seed_types,
                                                 const std::vector<int64_t>& batch_offsets,
                                                 const std::vector<uint64_t>& batch_keys,
                                                 const std::vector<std::vector<int64_t>>& fanouts,

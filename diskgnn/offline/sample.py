@@ -114,9 +114,9 @@ class Graph:
         self.target = schema.type_index(schema.target)
 
     def records(self, groups: list[np.ndarray], keys: list[int], fanouts, seed: int, threads: int,
-                sampler: "Sampler" = None, seed_type: int | None = None, **restrict) -> list[bytes]:
-        """One record per group of seeds (of type `seed_type`, default the target's), batch i under keys[i];
-        `restrict`: a partitioned link epoch's masks and excluded positives (one relation only)."""
+                sampler: "Sampler" = None, seed_type: int | None = None, seed_types=(), **restrict) -> list[bytes]:
+        """One record per group of seeds (of type `seed_type`, default the target's; or `seed_types`, one per
+        seed), batch i under keys[i]; `restrict`: a partitioned link epoch's masks and excluded positives."""
         from .. import _native
 
         flat = np.concatenate(groups) if groups else np.empty(0, np.int64)
@@ -128,7 +128,7 @@ class Graph:
                                              [d for _, d in self.relations], len(self.schema.types),
                                              self.target if seed_type is None else seed_type, flat, bounds, keys,
                                              [list(f) for f in fanouts], seed, threads,
-                                             **(sampler or NEIGHBOR).native())
+                                             seed_types=np.int32(seed_types), **(sampler or NEIGHBOR).native())
 
     def parse(self, rec, index: int, seed_type: int | None = None, fanouts=None) -> Batch:
         """A record as a Batch; a typed one's relations that `fanouts` does not follow at a hop have no block."""

@@ -13,8 +13,9 @@ LinkLoader (LinkNeighborLoader's way to a custom sampler) gets edge batches:
 PyG's own edge_sample draws their negatives and makes their ends the seeds,
 and this sampler samples around them.
 
-On a typed dataset it samples around the seeds of NodeLoader's input type (`input_nodes=(type, ids)`), a count per
-hop for every relation or per relation (`"writes=10,cites=5"`, as `relation_fanouts` reads them), and returns
+On a typed dataset it samples around the seeds of NodeLoader's input type (`input_nodes=(type, ids)`), or
+LinkLoader's edge type's two ends (`edge_label_index=((src, rel, dst), pairs)`) at once, a count per hop for
+every relation or per relation (`"writes=10,cites=5"`, as `relation_fanouts` reads them), and returns
 HeteroSamplerOutput: HeteroData with x per featured type, y of the target, edge_index per relation and n_id.
 
 NodeLoader and LinkLoader choose the seeds while they iterate, so these batches cannot be
@@ -78,7 +79,7 @@ class DiskgnnSampler(BaseSampler):
     def sample_from_nodes(self, inputs: NodeSamplerInput) -> SamplerOutput | HeteroSamplerOutput:
         given = np.asarray(inputs.node.cpu(), dtype=np.int64).reshape(-1)
         if self.ds.typed:
-            return self._typed(inputs, given)
+            return self._typed({inputs.input_type or self.ds.schema.target: given}, (inputs.input_id, inputs.time))
         n = self.ds.num_nodes
         if given.size and (given.min() < 0 or given.max() >= n):
             raise DiskgnnError(f"{self.path}: seed {int(given[(given < 0) | (given >= n)][0])} out of range [0, {n})")
@@ -96,17 +97,20 @@ class DiskgnnSampler(BaseSampler):
                              col=torch.from_numpy(col), edge=None, num_sampled_nodes=num_nodes,
                              num_sampled_edges=num_edges, metadata=(inputs.input_id, inputs.time))
 
-    def _typed(self, inputs: NodeSamplerInput, seeds: np.ndarray) -> HeteroSamplerOutput:
-        """A typed batch around seeds of the input type, its edges per relation hop by hop (seeds' hop first)."""
+    def _typed(self, seeds: dict, metadata) -> HeteroSamplerOutput:
+        """The batch around seeds of one or more types ({type: ids}), its edges per relation hop by hop."""
         s = self.ds.schema
-        kind = inputs.input_type or s.target
-        if kind not in [t.name for t in s.types]:
-            raise DiskgnnError(f"{self.path}: input nodes of type {kind!r}: the graph's types are "
-                               + ", ".join(t.name for t in s.types))
-        if np.unique(seeds).size != seeds.size:
-            raise DiskgnnError(f"{self.path}: a batch lists a seed twice (give each input node once)")
-        b = sample_batch(self.graph, seeds, key=self._key(), fanouts=self.fanouts, seed=self.seed,
-                         threads=self.threads, sampler=self.spec, seed_type=s.type_index(kind))
+        for kind, ids in seeds.items():
+            if kind not in [t.name for t in s.types]:
+                raise DiskgnnError(f"{self.path}: input nodes of type {kind!r}: the graph's types are "
+                                   + ", ".join(t.name for t in s.types))
+            if np.unique(ids).size != len(ids):
+                raise DiskgnnError(f"{self.path}: a batch lists a seed twice (give each input node once)")
+        kinds = [s.type_index(k) for k in seeds]  # each seed's type: the native sampler starts from several
+        rec = self.graph.records([np.concatenate([np.asarray(v, np.int64) for v in seeds.values()])], [self._key()],
+                                 self.fanouts, self.seed, self.threads, self.spec, kinds[0],
+                                 np.repeat(np.int32(kinds), [len(v) for v in seeds.values()]))[0]
+        b = self.graph.parse(rec, 0, kinds[0], self.fanouts)
         node = {t.name: torch.from_numpy(np.array(b.type_nodes[i], dtype=np.int64)) for i, t in enumerate(s.types)}
         row, col, edges = {}, {}, {}
         for r, rel in enumerate(s.relations):
@@ -120,17 +124,19 @@ class DiskgnnSampler(BaseSampler):
         sampled = {t.name: [int(c[0, i])] + [int(c[h, i] - c[h - 1, i]) for h in range(1, len(c))]
                    for i, t in enumerate(s.types)}
         return HeteroSamplerOutput(node=node, row=row, col=col, edge={k: None for k in row}, batch=None,
-                                   num_sampled_nodes=sampled, num_sampled_edges=edges,
-                                   metadata=(inputs.input_id, inputs.time))
+                                   num_sampled_nodes=sampled, num_sampled_edges=edges, metadata=metadata)
 
     def sample_from_edges(self, inputs: EdgeSamplerInput, neg_sampling=None) -> SamplerOutput:
         """A batch of edges (and PyG's negatives for it, binary or triplet) as the subgraph around their ends,
         with edge_label_index (or the triplet's indices) in its metadata, as LinkNeighborLoader's."""
-        if self.ds.typed:
-            raise DiskgnnError("DiskgnnSampler: link prediction on a typed graph samples around both ends' types at "
-                               "once; the native sampler starts a batch from one type's seeds")
         if inputs.time is not None:
             raise DiskgnnError("DiskgnnSampler: temporal link sampling (edge_label_time) is not supported")
+        if self.ds.typed:  # both ends' types sampled around at once, as PyG's hetero sampler does
+            counts = {t.name: t.count for t in self.ds.schema.types}
+            if not set((inputs.input_type or ())[::2]) <= set(counts):
+                raise DiskgnnError(f"{self.path}: edge type {inputs.input_type!r}: its ends are not types of the graph")
+            return edge_sample(inputs, lambda seeds, _: self._typed(seeds, None), counts, disjoint=False,
+                               neg_sampling=neg_sampling)
         return edge_sample(inputs, lambda seeds, _: self.sample_from_nodes(NodeSamplerInput(None, seeds)),
                            self.ds.num_nodes, disjoint=False, neg_sampling=neg_sampling)
 

@@ -106,7 +106,7 @@ def test_bad_seeds(graph):
     ds, g = graph
     with pytest.raises(RuntimeError, match="same seed twice"):
         sample(g, np.array([3, 3]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
-    with pytest.raises(IndexError, match="not a node of the target type"):
+    with pytest.raises(IndexError, match="not a node of its type"):
         sample(g, np.array([199]), key=0, fanouts=relation_fanouts("2", ds.schema), seed=0)
 
 

@@ -120,3 +120,56 @@ def test_to_hetero_trains_through_the_seam(hds):
             correct += int((pred == data["paper"].y[:bs]).sum())
             total += bs
     assert correct / total > 0.6  # 3 classes
+
+
+@pytest.mark.parametrize("edge_type,mode", [(("author", "writes", "paper"), None),
+                                            (("author", "writes", "paper"), "binary"),
+                                            (("paper", "cites", "paper"), "triplet")])
+def test_link_loader_samples_around_both_ends_types(hds, edge_type, mode):
+    """LinkLoader over a typed graph's relation (with a duplicate edge; batches of 1 and of 41 edges): the
+    ends (and PyG's negatives) are their types' seeds, sampled around at once; edge_label_index (or the
+    triplet's indices) points at them, and every sampled edge is one of its relation's."""
+    from torch_geometric.loader import LinkLoader
+    from torch_geometric.sampler import NegativeSampling
+
+    from diskgnn.data.format import open_dataset
+    from diskgnn.pyg import DiskgnnFeatureStore, DiskgnnGraphStore, DiskgnnSampler
+
+    ds = open_dataset(hds, typed=True)
+    s = ds.schema
+    indptr, indices = ds.csc([r.key for r in s.relations].index(edge_type))
+    src = torch.from_numpy(np.asarray(indices[:41], np.int64))
+    dst = torch.from_numpy(np.repeat(np.arange(indptr.size - 1), np.diff(indptr))[:41])
+    src[5], dst[5] = src[4], dst[4]
+    neg = None if mode is None else NegativeSampling(mode, amount=2)
+    fs, gs = DiskgnnFeatureStore(hds, cache=0), DiskgnnGraphStore(hds)
+    for batch_size in (1, 41):
+        loader = LinkLoader((fs, gs), link_sampler=DiskgnnSampler(hds, fanouts=[3, 2], seed=0), neg_sampling=neg,
+                            edge_label_index=(edge_type, torch.stack([src, dst])), batch_size=batch_size)
+        batches = list(loader)
+        assert len(batches) == -(-41 // batch_size)
+        for i, data in enumerate(batches[:3]):
+            edges = slice(i * batch_size, (i + 1) * batch_size)
+            n_src, n_dst = data[edge_type[0]].n_id.numpy(), data[edge_type[2]].n_id.numpy()
+            np.testing.assert_array_equal(data["paper"].x.numpy(), np.asarray(ds.type_features("paper"))[
+                data["paper"].n_id.numpy()])
+            store = data[edge_type]
+            if mode == "triplet":
+                assert np.array_equal(n_src[data[edge_type[0]].src_index.numpy()], src[edges].numpy())
+                assert np.array_equal(n_dst[data[edge_type[2]].dst_pos_index.numpy()], dst[edges].numpy())
+                assert data[edge_type[2]].dst_neg_index.shape == (len(range(41)[edges]), 2)
+            else:
+                pos = len(range(41)[edges])
+                eli = store.edge_label_index.numpy()
+                assert np.array_equal(n_src[eli[0, :pos]], src[edges].numpy())
+                assert np.array_equal(n_dst[eli[1, :pos]], dst[edges].numpy())
+                if mode == "binary":
+                    assert store.edge_label.numel() == 3 * pos and (store.edge_label[pos:] == 0).all()
+                seeds = {k: data[k].num_sampled_nodes[0] for k in (edge_type[0], edge_type[2])}
+                assert set(eli[0]) == set(range(seeds[edge_type[0]]))  # the ends are the seeds, first
+                assert set(eli[1]) == set(range(seeds[edge_type[2]]))
+            for r, rel in enumerate(s.relations):
+                ei = data[rel.key].edge_index.numpy()
+                ip, ix = ds.csc(r)
+                for u, v in zip(data[rel.src].n_id.numpy()[ei[0]], data[rel.dst].n_id.numpy()[ei[1]]):
+                    assert u in ix[ip[v]:ip[v + 1]]
