@@ -97,8 +97,3 @@ def metrics_of(sums: dict) -> dict:
     """rank_sums' totals as means; NaN over no edges."""
     n = sums.get("edges", 0)
     return {m: (sums[m] / n if n else float("nan")) for m in ("mrr", *(f"hits@{k}" for k in HITS_AT), "auc")}
-
-
-def ranking_metrics(pos: torch.Tensor, neg: torch.Tensor) -> dict:
-    """MRR, Hits@1, Hits@10 and AUC of each positive against its row of negatives, averaged over edges."""
-    return metrics_of(rank_sums(pos, neg))

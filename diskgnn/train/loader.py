@@ -72,11 +72,13 @@ class Loader(PassAccounting):
     """Plans, samples, packs and pipelines a dataset's batches; see the module's docstring."""
 
     def __init__(self, data=None, *, config: TrainConfig | None = None, group: Group | None = None,
-                 log: Callable[[str], None] | None = print, steps_tables: bool = False, **options):
+                 log: Callable[[str], None] | None = print, steps_tables: bool = False, steps_captured: bool = False,
+                 **options):
         """`data`: a dataset directory (None: the built-in synthetic dataset); `options`: diskgnn.train's
         options (fanouts, batch_size, memory_budget, sampling, features, workdir, ...), or a whole `config`.
         `log` receives the plan's lines (None: silent). `steps_tables`: the caller steps a typed run's tables
-        (--featureless table, --embeddings) after each backward pass, as diskgnn.train's Run does."""
+        (--featureless table, --embeddings) after each backward pass, as diskgnn.train's Run does; `steps_captured`:
+        where the plan captures the step, the caller's makes the blocks (the Run's: target/graphed.py)."""
         if config is None:
             config = from_options(data=None if data is None else str(data), **options)
         elif data is not None or options:
@@ -109,7 +111,8 @@ class Loader(PassAccounting):
         PassAccounting.__init__(self)
         self.device = self.plan.device
         self.target = target_for(self.device)  # where batches are assembled and steps computed
-        self.train_target = self.target  # the train passes' (a Run whose step is captured sets its own: run.py)
+        self.train_target = self.target.for_captured_steps() if steps_captured and self.plan.step.graphed \
+            else self.target  # the train passes'
         self._graph_hag = False  # the whole graph's for --eval full (loading/graph_hag.py), or None: at first use
         self._graph = None  # a typed graph's relations mapped for online sampling, at its first pass
         self.epochs: OfflineEpochs | None = None
@@ -214,6 +217,10 @@ class Loader(PassAccounting):
         features = self.source.sources if self.typed else self.source
         fanouts = tuple(tuple(hop) for hop in self.fanouts) if self.typed else None
         return offline_spec(plan, self.cfg, features, self.group, self.hag, fanouts)
+
+    def eager_steps(self) -> None:
+        """The captured step's capture failed: from here on the train passes make the eager step's blocks."""
+        self.train_target = self.target
 
     def held_on_disk(self) -> int:
         """Bytes of earlier runs' epoch and eval files in the workdir, which this run replaces."""

@@ -42,7 +42,7 @@ class Run:
 
     def __init__(self, cfg: TrainConfig, group: Group = Group()):
         self.cfg, self.group = cfg, group
-        self.loader = Loader(config=cfg, group=group, steps_tables=True).open()
+        self.loader = Loader(config=cfg, group=group, steps_tables=True, steps_captured=True).open()
         self.typed = self.loader.typed
         self.device, self.target, self.task = self.loader.device, self.loader.target, self.loader.task
         self.precision = self.loader.plan.precision
@@ -76,8 +76,6 @@ class Run:
         if graphed:
             self.graphed = GraphedStep(model, optimizer, self.device, self.precision.bf16, capture=True,
                                        stats=self.step_stats)
-            # its train passes send the records alone: the captured step makes its own blocks from them
-            self.loader.train_target = self.target.for_captured_steps()
         return model, optimizer
 
     def open_embeddings(self, resumed: dict | None) -> None:
@@ -168,7 +166,7 @@ class Run:
                 self.loader.say(f"plan: step: eager from here on: its capture failed ({e})")
                 self.step_stats["capture_failed"] = str(e)
                 self.graphed = None
-                self.loader.train_target.step_blocks = True  # the copy stage makes the eager step's blocks again
+                self.loader.eager_steps()
         if mb.record is not None and not mb.blocks:  # sent for the captured step, which makes its own
             mb.blocks = self.loader.train_target.blocks_of(mb)
         optimizer.zero_grad(set_to_none=True)

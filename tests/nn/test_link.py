@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from diskgnn.nn.link import Decoder, link_loss, metrics_of, rank_sums, ranking_metrics, ranks
+from diskgnn.nn.link import Decoder, link_loss, metrics_of, rank_sums, ranks
 from diskgnn.offline.negatives import chunk_negatives
 
 
@@ -27,7 +27,7 @@ def test_ranks_auc_and_hits_match_loops_with_ties(edges, k):
     neg = torch.randint(0, 5, (edges, k), generator=g).double()
     want = [loop_rank(p, row) for p, row in zip(pos.tolist(), neg.tolist())]
     assert ranks(pos, neg).tolist() == want
-    m = ranking_metrics(pos, neg)
+    m = metrics_of(rank_sums(pos, neg))
     assert m["mrr"] == pytest.approx(np.mean([1 / r for r in want]))
     assert m["hits@1"] == pytest.approx(np.mean([r <= 1 for r in want]))
     assert m["hits@10"] == pytest.approx(np.mean([r <= 10 for r in want]))
@@ -37,15 +37,15 @@ def test_ranks_auc_and_hits_match_loops_with_ties(edges, k):
 
 
 def test_metrics_of_no_edges_are_nan_and_masked_negatives_do_not_count():
-    m = ranking_metrics(torch.empty(0), torch.empty(0, 5))
+    m = metrics_of(rank_sums(torch.empty(0), torch.empty(0, 5)))
     assert all(math.isnan(v) for v in m.values())
     pos, neg = torch.tensor([1.0]), torch.tensor([[2.0, -math.inf, 0.0]])
     assert ranks(pos, neg).tolist() == [2.0]
-    assert ranking_metrics(pos, neg)["auc"] == pytest.approx(0.5)  # above 0.0, below 2.0; the masked one is none
+    assert metrics_of(rank_sums(pos, neg))["auc"] == pytest.approx(0.5)  # above 0.0, below 2.0; the masked one is none
     # a diverged model's NaN scores rank its positives last, not first
     nan = torch.tensor([math.nan, 1.0])
     assert ranks(nan, torch.tensor([[0.0, 0.0], [math.nan, 0.0]])).tolist() == [3.0, 2.0]
-    assert ranking_metrics(nan[:1], torch.zeros(1, 2))["auc"] == 0.0
+    assert metrics_of(rank_sums(nan[:1], torch.zeros(1, 2)))["auc"] == 0.0
 
 
 def test_losses_match_their_formulas():
