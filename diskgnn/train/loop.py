@@ -224,7 +224,7 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
         "best_epoch": best["epoch"],
         "best_batch": best.get("batch"),  # None: at the epoch's end
         f"test_{run.task.metric}": test,
-        **run.task.summary(run),
+        **run.task.summary(),
         **run.tables_summary(),
         "versions": versions(),
         "config": cfg.to_dict(),
@@ -237,7 +237,7 @@ def _summary(cfg: TrainConfig, run: Run, memory: AnonPeak, history: dict, best: 
     write_atomic(data.workdir / "summary.json", text)
     if cfg.summary_json:
         write_atomic(Path(cfg.summary_json), text)
-    result = run.task.result_line(run, test, best)
+    result = run.task.result_line(test, best)
     at = "" if best.get("batch") is None else f", batch {best['batch']}"
     print(f"train: done: {result} at epoch {best['epoch']}{at}; epoch times "
           + ", ".join(f"{t:.1f}" for t in history["epoch_times_s"])

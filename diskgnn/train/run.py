@@ -26,6 +26,8 @@ from tqdm import tqdm
 from ..distributed import cooperative
 from ..distributed.group import Group
 from ..errors import DiskgnnError
+from ..loading.loaders import MiniBatch
+from ..nn.inference import full_neighbour_logits
 from ..target.graphed import CaptureFailed, GraphedStep
 from ..units import Every
 from .checkpoints import EpochState
@@ -52,7 +54,6 @@ class Run:
             self.loader.say(line)
         self.exchange_bytes = 0  # sent to the other ranks by this rank's cooperative steps
         self.ddp = None  # the model wrapped for data parallelism (--distributed independent)
-        self.link_metrics: dict[str, dict] = {}  # --task link: each split's last evaluation, every metric
         # the rows it learns in tables (open_embeddings): --embeddings' table, a typed run's featureless types'
         self.tables = self.loader.tables or (NodeTable(cfg, self.loader) if cfg.embeddings else None)
         self.graphed: GraphedStep | None = None  # the captured step, where the plan took one (model_and_optimizer)
@@ -245,8 +246,34 @@ class Run:
 
     @torch.no_grad()
     def evaluate(self, model, split: str) -> float:
-        """Accuracy on the split, or (--task link) the MRR of its held-out edges, every metric kept in
-        link_metrics (under torchrun: each rank's share, summed over the ranks)."""
+        """The task's metric on the split (accuracy, micro-F1, or --task link's MRR), every metric kept in the task's
+        scores: the task is handed each eval batch's output rows and sums them; under torchrun each rank sums its
+        share of the batches, then the ranks' sums are summed."""
         if self.cfg.evaluation.off or self.loader.eval_size(split) == 0:
             return float("nan")
-        return self.task.evaluate(self, model, split)
+        model.eval()
+        sums = self.task.eval_sums(model, None, None)
+        for out, mb in self._eval_outputs(model, split):
+            sums += self.task.eval_sums(model, out, mb)
+        return self.task.score(self.group.sum(sums.tolist()), split)
+
+    def _eval_outputs(self, model, split: str):
+        """(output rows, batch) of each of the split's eval batches; under --eval full on a plain graph, one of the
+        seeds' full-neighbour logits (nn/inference.py) and their labels."""
+        loader, cfg = self.loader, self.cfg
+        if not (cfg.evaluation.full and not self.typed):
+            for mb in loader.evaluation(split):
+                with self.autocast():
+                    out = model(mb.blocks, self.inputs(mb, False)[0], mb.rows)
+                yield out.float(), mb
+            return
+        seeds = loader.eval_seeds(split)
+        if cfg.eval_max_batches is not None:
+            seeds = seeds[: cfg.eval_max_batches * cfg.batch_size]
+        if seeds.size:
+            with self.autocast():
+                logits = full_neighbour_logits(model, loader.ds, seeds, loader.workdir / "inference",
+                                               batch_size=cfg.batch_size, device=self.device, features=loader.source,
+                                               hag=loader.graph_hag() if self.target.hag else None,
+                                               memory=cfg.budget_bytes // 4)
+            yield logits.float(), MiniBatch(None, [], torch.from_numpy(loader.labels[seeds]))

@@ -51,16 +51,16 @@ class DegreeTask(NodeTask):
     def check(self, ds, data) -> None:
         self.ds = ds
 
-    def evaluate(self, run, model, split: str) -> float:
-        model.eval()
-        error = count = 0.0
-        for mb in run.loader.evaluation(split):
-            out = model(mb.blocks, run.inputs(mb, False)[0]).float()[:, 0]
-            error += float(((out - self._targets(self.ds, mb.seeds, out.device)) ** 2).sum())
-            count += len(mb.seeds)
-        return -error / max(1.0, count)
+    def eval_sums(self, model, out, mb):
+        if mb is None:
+            return np.zeros(2)
+        return np.array([float(((out[:, 0] - self._targets(self.ds, mb.seeds, out.device)) ** 2).sum()),
+                         len(mb.seeds)])
 
-    def result_line(self, run, test: float, best: dict) -> str:
+    def score(self, sums, split: str) -> float:
+        return -sums[0] / max(1.0, sums[1])
+
+    def result_line(self, test: float, best: dict) -> str:
         return f"test mse {-test:.4f}"
 
 

@@ -7,7 +7,7 @@ EVAL_EPOCH = {"val": 1 << 20, "test": (1 << 20) + 1, "infer": (1 << 20) + 2}
 
 
 class Task:
-    """One task, for one configuration (`cfg`). Loaders and runs are handed to it, never imported."""
+    """One task, for one configuration (`cfg`): handed loaders, batches and output rows, never the Run."""
 
     name = ""
     metric = ""  # the val metric that picks the best epoch, and the summary's name for it
@@ -18,6 +18,7 @@ class Task:
 
     def __init__(self, cfg):
         self.cfg = cfg
+        self.scores: dict[str, dict] = {}  # each split's last evaluation, every metric
 
     def seeds_per_batch(self) -> int:
         """The most seed nodes one of its batches has (the plan sizes the working set for it)."""
@@ -79,14 +80,19 @@ class Task:
         """(the batch's loss, what it is a mean over) from the model's output rows `out`."""
         raise NotImplementedError
 
-    def evaluate(self, run, model, split: str) -> float:
-        """The metric on this rank's share of the split, summed over the ranks."""
+    def eval_sums(self, model, out, mb):
+        """What an eval batch adds to its split's sums (a float64 array), from the model's output rows `out` (the
+        run computes them); `mb` None: the zeros the sums start from."""
         raise NotImplementedError
 
-    def summary(self, run) -> dict:
+    def score(self, sums: list, split: str) -> float:
+        """The metric of a split from its sums over every batch and rank; every metric kept in `scores`."""
+        raise NotImplementedError
+
+    def summary(self) -> dict:
         """The summary's fields beside the metric's."""
         return {}
 
-    def result_line(self, run, test: float, best: dict) -> str:
+    def result_line(self, test: float, best: dict) -> str:
         """The final line's result part."""
         raise NotImplementedError

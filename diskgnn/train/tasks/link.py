@@ -102,23 +102,22 @@ class LinkTask(Task):
         return link_loss(*batch_scores(model.decoder, out.float(), mb.link, mb.link.local), self.cfg.link_loss), \
             mb.link.src.size
 
-    def evaluate(self, run, model, split: str) -> float:
-        """MRR; every metric kept in run.link_metrics."""
-        model.eval()
-        sums = rank_sums(torch.zeros(0), torch.zeros(0, 1))
-        for mb in run.loader.evaluation(split):
-            with run.autocast():
-                h = model(mb.blocks, run.inputs(mb, False)[0])
-            for k, v in rank_sums(*batch_scores(model.decoder, h.float(), mb.link, mb.link.local)).items():
-                sums[k] += v
-        run.link_metrics[split] = metrics_of(dict(zip(sums, run.group.sum(list(sums.values())))))
-        return run.link_metrics[split]["mrr"]
+    def eval_sums(self, model, out, mb):
+        """rank_sums of the batch's held-out edges against their negatives."""
+        sums = rank_sums(torch.zeros(0), torch.zeros(0, 1)) if mb is None else \
+            rank_sums(*batch_scores(model.decoder, out, mb.link, mb.link.local))
+        return np.array(list(sums.values()), np.float64)
 
-    def summary(self, run) -> dict:
-        return {"test_metrics": run.link_metrics.get("test")}
+    def score(self, sums: list, split: str) -> float:
+        """MRR; every metric kept in scores."""
+        self.scores[split] = metrics_of(dict(zip(rank_sums(torch.zeros(0), torch.zeros(0, 1)), sums)))
+        return self.scores[split]["mrr"]
 
-    def result_line(self, run, test: float, best: dict) -> str:
-        m = run.link_metrics.get("test") or {}
+    def summary(self) -> dict:
+        return {"test_metrics": self.scores.get("test")}
+
+    def result_line(self, test: float, best: dict) -> str:
+        m = self.scores.get("test") or {}
         return (f"test MRR {test:.4f} (Hits@1 {m.get('hits@1', float('nan')):.4f}, Hits@10 "
                 f"{m.get('hits@10', float('nan')):.4f}, AUC {m.get('auc', float('nan')):.4f}; against "
                 f"{self.cfg.eval_negatives} sampled negatives), best val MRR {best['val_acc']:.4f}")
