@@ -44,6 +44,10 @@ class Target:
         blocks = [layer.block for layer in share.layers]
         return MiniBatch(Batch.one_type(batch.index, share.input_ids, [], 0), blocks, y, share, labels, salt_of(batch))
 
+    def typed_batch(self, mb):
+        """A typed batch, laid out on the host (a target lays out plain batches only, so far), where the step runs."""
+        return mb
+
     def transfer(self, work, store):
         """The batch's features and structure where the step runs (the copy stage; on a CPU, the assemble's)."""
         raise NotImplementedError

@@ -62,6 +62,9 @@ class CudaTarget(Target):
     def for_captured_steps(self) -> "CudaTarget":
         return CudaTarget(self.device, step_blocks=False)
 
+    def typed_batch(self, mb):
+        return mb.moved(self.device)
+
     def assembly(self):
         from ..store.store import DeviceAssembly
 

@@ -2,7 +2,7 @@
 
 A `Pass` runs one pipeline over batches in order (an epoch's, from a resumed epoch's next batch on, or a split's);
 an `EvalPass` is a split's eval set chunk by chunk (offline/eval_sets.py), each chunk a Pass. A typed pass's
-batches are laid out on the host and moved to the run's device as they come, and its store (a tier chain per
+batches are laid out on the host and moved by the target where the step runs, and its store (a tier chain per
 featured type) is closed when it ends, its rows counted into the loader's per-type counters.
 """
 
@@ -96,7 +96,6 @@ class Pass:
         if self.source is None:
             return
         loader, pipeline = self.loader, None
-        moved = loader.typed and loader.device != "cpu"
         try:
             if self.start >= len(self.order):
                 return
@@ -106,7 +105,7 @@ class Pass:
                     mb.wait()  # the consumer's stream waits for the batch's copies
                     if self.train:
                         loader._count(mb)
-                    yield mb.moved(loader.device) if moved else mb
+                    yield loader.target.typed_batch(mb) if loader.typed else mb
         finally:
             loader._finished(self, pipeline)
 
