@@ -327,7 +327,7 @@ class Loader(PassAccounting):
         cfg = self.cfg
         if self.typed:  # rows by id through each featured type's tier chain; the relations mapped once
             self._graph = self._graph or open_graph(self.ds)
-            typed = {"graph": self._graph, "store": self.source.store(None)}
+            typed = {"graph": self._graph, "store": self.source.store(None, self.read_depth)}
         return OnlineLoader(self.ds, seeds, fanouts=fanouts, batch_size=cfg.batch_size, seed=cfg.seed, epoch=epoch,
                             labels=self.labels, target=self._target(target), read_depth=self.read_depth,
                             backend=cfg.backend, sampler=cfg.sampler_spec, hag=self.hag,
@@ -335,7 +335,7 @@ class Loader(PassAccounting):
 
     def _offline_source(self, files, split_or_epoch, share=None, target=None) -> OfflineLoader:
         if self.typed:
-            store = self.source.store(files.packs)
+            store = self.source.store(files.packs, self.read_depth)  # its slabs for the reads in flight
         else:
             store = FeatureStore(self.ds, self.epochs.placement, files.packs, device=self.device,
                                  backend=self.cfg.backend, tiers=self.tiers, features=self.source,

@@ -53,7 +53,7 @@ class TypedPlan:
     def made(cls, cfg) -> "TypedPlan":
         device = resolve_device(cfg.device)  # as a plain run's plan resolves them
         return cls(device, resolve_precision(cfg, device), parse_size(cfg.memory_budget, "--memory-budget"),
-                   recent_batches=cfg.recent_window)
+                   read_depth=cfg.read_depth or defaults.READ_DEPTH, recent_batches=cfg.recent_window)
 
     @staticmethod
     def schema_line(cfg, ds, fanouts) -> str:

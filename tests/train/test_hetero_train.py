@@ -362,6 +362,20 @@ def test_homogeneous_refuses_hetero_options(train_data, tmp_path):
 
 
 
+def test_read_depth_is_the_typed_plans_and_its_working_sets(hds, tmp_path):
+    """--read-depth holds on a typed graph as on a plain one: its batches in flight, which the plan sizes."""
+    import diskgnn
+
+    sizes = {}
+    for depth in (1, 3):
+        with diskgnn.Loader(hds, fanouts="4,4", batch_size=32, hidden=16, workdir=str(tmp_path / f"w{depth}"),
+                            memory_budget="1GiB", read_depth=depth, log=None) as loader:
+            assert loader.plan.read_depth == loader.read_depth == depth
+            sizes[depth] = loader.plan.sizes["working_set_bytes"]
+            assert sum(mb.num_seeds for mb in loader.epoch(0)) == 100
+    assert sizes[3] > sizes[1]
+
+
 def test_loader_api_yields_hetero_batches(hds, tmp_path):
     """diskgnn.Loader on a heterogeneous dataset: its batches (the one MiniBatch, typed) drive one's own loop over
     diskgnn's hetero model."""
