@@ -261,7 +261,7 @@ class Run:
         """(output rows, batch) of each of the split's eval batches; under --eval full on a plain graph, one of the
         seeds' full-neighbour logits (nn/inference.py) and their labels."""
         loader, cfg = self.loader, self.cfg
-        if not (cfg.evaluation.full and not self.typed):
+        if self.typed or not cfg.evaluation.full:
             for mb in loader.evaluation(split):
                 with self.autocast():
                     out = model(mb.blocks, self.inputs(mb, False)[0], mb.rows)

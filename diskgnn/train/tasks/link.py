@@ -14,6 +14,7 @@ from .base import EVAL_EPOCH, Task
 
 
 PILOT_BATCHES = 16  # of each kind, spread over the epoch and the val set
+SUMS = tuple(rank_sums(torch.zeros(0), torch.zeros(0, 1)))  # what an evaluation sums, in rank_sums' order
 
 
 class LinkTask(Task):
@@ -104,13 +105,13 @@ class LinkTask(Task):
 
     def eval_sums(self, model, out, mb):
         """rank_sums of the batch's held-out edges against their negatives."""
-        sums = rank_sums(torch.zeros(0), torch.zeros(0, 1)) if mb is None else \
-            rank_sums(*batch_scores(model.decoder, out, mb.link, mb.link.local))
-        return np.array(list(sums.values()), np.float64)
+        if mb is None:
+            return np.zeros(len(SUMS))
+        return np.array(list(rank_sums(*batch_scores(model.decoder, out, mb.link, mb.link.local)).values()))
 
     def score(self, sums: list, split: str) -> float:
         """MRR; every metric kept in scores."""
-        self.scores[split] = metrics_of(dict(zip(rank_sums(torch.zeros(0), torch.zeros(0, 1)), sums)))
+        self.scores[split] = metrics_of(dict(zip(SUMS, sums)))
         return self.scores[split]["mrr"]
 
     def summary(self) -> dict:
