@@ -14,9 +14,9 @@ _UNITS = {
 }
 
 
-def parse_size(text, option: str | None = None) -> int:
+def parse_size(text, option: str | None = None, at_least: int = 0) -> int:
     """Parses a byte size; bare K/M/G/T are binary (like `dd`), KB/MB/GB decimal. With `option`
-    (e.g. "--memory-budget"), a bad value is a UsageError naming it."""
+    (e.g. "--memory-budget"), a bad value, or one below `at_least`, is a UsageError naming it."""
     if isinstance(text, int):
         return text
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(text))
@@ -25,7 +25,10 @@ def parse_size(text, option: str | None = None) -> int:
         if option:
             raise UsageError(f"{option} {text}: cannot read as a size ({what})")
         raise DiskgnnError(f"cannot read size {text!r}: {what}")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    if size < at_least:
+        raise UsageError(f"{option} {format_size(size)} is too small: at least {format_size(at_least)}")
+    return size
 
 
 def format_size(n: float) -> str:

@@ -125,7 +125,7 @@ def export(data, out, *, cap="2GiB", fanouts=(10, 5), batch_size=1024, epochs=1,
     budget = budget_bytes(memory_budget)
     cap_bytes = parse_size(cap)
     if ds.feature_dim * 4 > MAX_ROW_BYTES:
-        raise DiskgnnError(f"{ds.features_path}: rows of {ds.feature_dim} float32 values ({ds.feature_dim * 4} "
+        raise DiskgnnError(f"{ds.file_path('features')}: rows of {ds.feature_dim} float32 values ({ds.feature_dim * 4} "
                            f"bytes) are longer than the {MAX_ROW_BYTES} bytes Ginex's gather reads a row with "
                            f"(lib/cpp_extension/gather.cpp): at most {MAX_ROW_BYTES // 4} features")
     n, e = ds.num_nodes, ds.num_edges

@@ -102,13 +102,6 @@ class DatasetBuilder(StagedDirectory):
     def add(self, kind: str, entry: dict) -> None:
         self.files[kind] = entry
 
-    def write_array(self, kind: str, array, dtype) -> dict:
-        array = np.asarray(array)
-        w = self.writer(kind, dtype, array.shape[1:])
-        w.write(array)
-        self.files[kind] = w.close()
-        return self.files[kind]
-
     def staged(self, meta: dict) -> "Dataset":
         """The files written so far, opened as a dataset with `meta` for the manifest's other keys (for
         statistics measured before the manifest exists)."""
@@ -200,10 +193,6 @@ class Dataset:
     @property
     def row_bytes(self) -> int:
         return self.feature_dim * self.feature_dtype.itemsize
-
-    @property
-    def features_path(self) -> str:
-        return str(self.file_path("features"))
 
     def file_path(self, kind: str) -> Path:
         return self.path / self.manifest["files"][kind]["name"]

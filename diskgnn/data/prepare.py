@@ -82,10 +82,7 @@ def prepare(source, out, *, format: str = "auto", undirected: bool = False, self
     `edge_split` (TRAIN,VAL,TEST shares, seeded by `split_seed`) holds VAL and TEST of the edges out of the
     graph, as val_edges and test_edges (diskgnn.data.edge_split).
     """
-    budget = parse_size(memory_budget, "--memory-budget")
-    if budget < defaults.MIN_PREPARE_BUDGET:
-        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least "
-                         f"{format_size(defaults.MIN_PREPARE_BUDGET)}")
+    budget = parse_size(memory_budget, "--memory-budget", at_least=defaults.MIN_PREPARE_BUDGET)
     split_ratios = _with_train_fraction(train_fraction, split_ratios, split_per_class)
     if split_per_class is None and (min(split_ratios) < 0 or sum(split_ratios) > 1 + 1e-9):
         raise UsageError(f"--split-ratios {split_ratios}: must be non-negative and sum to at most 1")

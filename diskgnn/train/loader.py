@@ -175,12 +175,12 @@ class Loader(PassAccounting):
             self.say(line)
         if cfg.sampling_mode.ahead or self.typed:
             self.plan = self._refine(self.plan)
+            self.read_depth = self.plan.read_depth
         if cfg.sampling_mode.ahead:
             self._make_eval_sets()
             if not self.typed:
                 self.tiers = load_tiers(self.ds, self.epochs.placement, self.device, cfg.backend, self.source,
                                         self.plan.host_gather.zero_copy)
-            self.read_depth = self.plan.read_depth
         return self
 
     # -- planning -----------------------------------------------------------------------------

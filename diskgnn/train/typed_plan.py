@@ -3,8 +3,9 @@
 `TypedPlan.made` decides what a typed run reads from its plan before any work (the device, the precision, the
 step, the reads in flight); once epoch 0 is sampled, `refined` splits --memory-budget from it: the base, the model
 with its optimizer state (learned featureless rows included), the labels, the working set of epoch 0's largest
-batch (raw rows, their float32 copies, the step's activations, times the batches in flight), the packer, the
-out-of-core tables' own memory (train/tables.py), and the rest to the host tier (half under --host-cache auto):
+batch (raw rows, their float32 copies, the step's activations, times the batches in flight: the most that leave
+the relations' topology its page cache), the packer, the out-of-core tables' own memory (train/tables.py), the
+topology's page cache, and the rest to the host tier (half under --host-cache auto):
 typed feature rows and the tables' hot rows, ranked together by epoch 0's reads per byte (placement.densest). The
 disk the epochs' and eval sets' files take at once is checked as the plain plan checks it.
 """
@@ -20,8 +21,9 @@ import numpy as np
 from .. import defaults
 from ..errors import DiskgnnError
 from ..offline.placement import densest
+from ..offline.sample import topology_bytes
 from ..target.graphed import StepChoice
-from ..units import format_size, parse_size
+from ..units import format_size
 from .modes import Precision
 from .plan import disk_copies, resolve_device, resolve_precision
 
@@ -52,7 +54,7 @@ class TypedPlan:
     @classmethod
     def made(cls, cfg) -> "TypedPlan":
         device = resolve_device(cfg.device)  # as a plain run's plan resolves them
-        return cls(device, resolve_precision(cfg, device), parse_size(cfg.memory_budget, "--memory-budget"),
+        return cls(device, resolve_precision(cfg, device), cfg.budget_bytes,  # as parsed once, by the config
                    read_depth=cfg.read_depth or defaults.READ_DEPTH, recent_batches=cfg.recent_window)
 
     @staticmethod
@@ -77,8 +79,7 @@ class TypedPlan:
         counts = {**loader.epochs.counts0, **{f"{t} table": np.zeros(s.type(t).count, np.int32) for t in tabled}}
         table_rows = dict.fromkeys(tabled, 0)
         rows_max = step_max = 0
-        for b in range(len(epoch0)):
-            batch = epoch0[b]
+        for batch in epoch0:
             rows = step = 0
             for t, ty in enumerate(s.types):
                 ids = batch.type_nodes[t]
@@ -95,10 +96,7 @@ class TypedPlan:
                 step += edges * cfg.hidden * 4 * 4
             rows += edges * 40  # its block tensors
             rows_max, step_max = max(rows_max, rows), max(step_max, step)
-        # the batches in flight hold their rows and blocks, the recent-rows tiers the last window's; one step at a
-        # time holds its activations
         window = cfg.recent_window
-        working = rows_max * (self.read_depth + 2 + window) + step_max
         reads = {name: int(c.sum()) for name, c in counts.items()}
         feature_reads = [reads[n] for n in features.sources]
         # the packer's plan holds at most an epoch's reads of one type (types are packed one at a time)
@@ -108,31 +106,43 @@ class TypedPlan:
         # an --embedding-cache of their own holds the tables' hot rows apart from the host tier
         own = cfg.embedding_cache_bytes if tables.types else None
         table_bytes = tables.memory(table_rows) + (own or 0)
-        left = self.budget - base - model_bytes - loader.labels.nbytes - working - int(plan_rows) - table_bytes
-        pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
-        left -= pack_memory if feature_reads else 0
+        fixed = base + model_bytes + loader.labels.nbytes + int(plan_rows) + table_bytes
+        # Each relation's topology is sampled as mapped, so the page cache must keep it (MAG17M's 1.7 GiB under a
+        # 4 GiB cap: 140-150 s of sampling in 3 epochs through page faults, 31 s kept): the deepest reads
+        # (--read-depth, or READ_DEPTH down to 1) that leave it room, else the deepest that fit.
+        topology = topology_bytes(loader.ds)
+        fits = []
+        for depth in [cfg.read_depth] if cfg.read_depth else range(defaults.READ_DEPTH, 0, -1):
+            # the batches in flight hold their rows and blocks, the recent-rows tiers the last window's; one step
+            # at a time holds its activations
+            working = rows_max * (depth + 2 + window) + step_max
+            left = self.budget - fixed - working
+            pack_memory = defaults.PACK_MEMORY if left - defaults.PACK_MEMORY >= 0 else defaults.MIN_PACK_MEMORY
+            left -= pack_memory if feature_reads else 0
+            fits.append((depth, working, pack_memory, left))
+            if left >= topology:
+                break
+        depth, working, pack_memory, left = fits[-1] if fits[-1][3] >= topology else fits[0]
         if left < 0:
             raise DiskgnnError(
                 f"--memory-budget {cfg.memory_budget}: the run needs about {format_size(self.budget - left)} (base "
                 f"{format_size(base)}, model and optimizer {format_size(model_bytes)}, working set "
-                f"{format_size(working)}: {self.read_depth + 2} batches of epoch 0's largest in flight; the packer "
+                f"{format_size(working)}: {depth + 2} batches of epoch 0's largest in flight; the packer "
                 f"{format_size(pack_memory + plan_rows)}"
                 + (f"; the tables {format_size(table_bytes)}" if table_bytes else "") + "): raise it, or lower "
                 "--batch-size or --fanouts" + (", or learn featureless types' rows out of core (--featureless "
                                                "table) or hash them (hashed)" if cfg.featureless == "learned" and
                                                any(not t.feature_dim for t in s.types) else ""))
-        tier = left // 2 if cfg.host_cache == "auto" else min(left, parse_size(cfg.host_cache, "--host-cache"))
+        cached = topology if left >= topology else 0  # the page cache's first share
+        tier = (left - cached) // 2 if cfg.host_cache_bytes is None else min(left, cfg.host_cache_bytes)
         if cfg.sampling_mode.online:
             tier = 0  # the baseline: no rows placed from a known future, every one read by id
         costs = {name: src.row_bytes + 8 for name, src in features.sources.items()}  # a row and its id
         table_costs = tables.held_row_bytes()
-        if own is None:  # one host tier, the feature rows and the tables' ranked together
-            costs.update(table_costs)
-            held = densest({n: counts[n] for n in costs}, costs, tier)
-        else:
-            held = {**densest({n: counts[n] for n in costs}, costs, tier),
-                    **densest({n: counts[n] for n in table_costs}, table_costs, own)}
-            costs.update(table_costs)
+        # one host tier, the feature rows and the tables' ranked together, or the tables' in a cache of their own
+        shares = [({**costs, **table_costs}, tier)] if own is None else [(costs, tier), (table_costs, own)]
+        held = {n: ids for c, size in shares for n, ids in densest({n: counts[n] for n in c}, c, size).items()}
+        costs.update(table_costs)
         hits = {name: int(counts[name][ids].sum()) for name, ids in held.items()}
         blowup = cfg.max_blowup if cfg.max_blowup is not None else float("inf")  # each type's packs capped
         stored = {name: src.row_bytes for name, src in features.sources.items()}
@@ -152,10 +162,14 @@ class TypedPlan:
                  "recent_batches": window, "table_memory_bytes": table_bytes,
                  "host_tier_bytes": sum(ids.size * costs[n] for n, ids in held.items()), "host_tier_rows": placed,
                  "expected_hit_rate": {n: hits.get(n, 0) / max(1, reads[n]) for n in reads},
+                 "read_depth": depth, "topology_bytes": topology, "topology_cached": bool(cached),
+                 "page_cache_bytes": left - tier,
                  "packs_bytes_per_epoch": pack_bytes, "disk_needed": disk, "disk_free": free,
                  "backend": features.backend_name}
         loader.say(f"plan: --memory-budget {format_size(self.budget)}: base {format_size(base)}, model and "
-                   f"optimizer {format_size(model_bytes)}, working set {format_size(working)}, host tier "
+                   f"optimizer {format_size(model_bytes)}, working set {format_size(working)} with reads of {depth} "
+                   f"batches in flight, topology {format_size(topology)} " + ("in the page cache" if cached else
+                                                                    "sampled through page faults") + ", host tier "
                    f"{format_size(sizes['host_tier_bytes'])} ("
                    + ", ".join(f"{n} {placed.get(n, 0):,} rows, "
                                f"{hits.get(n, 0) / max(1, reads[n]):.0%} of epoch 0's reads" for n in reads)
@@ -163,4 +177,4 @@ class TypedPlan:
                    + (f", tables {format_size(table_bytes)} besides their hot rows" if table_bytes else "")
                    + f"; disk {format_size(disk)} at once ({format_size(pack_bytes)} of packs an epoch), "
                    f"{format_size(free)} free; reader {features.backend_name}")
-        return dataclasses.replace(self, pack_memory=pack_memory, sizes=sizes, held=held)
+        return dataclasses.replace(self, read_depth=depth, pack_memory=pack_memory, sizes=sizes, held=held)

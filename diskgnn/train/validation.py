@@ -103,7 +103,10 @@ def _only(cfg, what: str, distributed=("none",)) -> None:
 def validate_graph_kind(cfg, typed: bool) -> None:
     """What only one kind of dataset takes, refused on the other in one line before any work: per-relation
     options on a plain graph; on a typed graph what its technique does not define there, or the engine does
-    not build yet (each saying which)."""
+    not build yet (each saying which). An --embedding-cache with no table to cache, on either kind."""
+    if cfg.embedding_cache != "auto" and not (cfg.embeddings or typed and cfg.featureless == "table"):
+        raise UsageError(f"--embedding-cache {cfg.embedding_cache}: the run learns no tables (--embeddings N"
+                         + (", or --featureless table)" if typed else ")"))
     if not typed:
         if cfg.per_relation:
             raise UsageError(f"--fanouts {cfg.fanouts}: counts per relation need a heterogeneous dataset")
@@ -117,8 +120,5 @@ def validate_graph_kind(cfg, typed: bool) -> None:
     if cfg.distribution.cooperative:
         raise UsageError("--distributed cooperative: its exchange plan owns one node type's rows; on heterogeneous "
                          "graphs train with --distributed independent")
-    if cfg.embedding_cache != "auto" and not (cfg.embeddings or cfg.featureless == "table"):
-        raise UsageError(f"--embedding-cache {cfg.embedding_cache}: the run learns no tables (--embeddings N, or "
-                         "--featureless table)")
     if cfg.bases < 0:
         raise UsageError(f"--bases {cfg.bases}: must be 0 (a full matrix per relation) or more")

@@ -355,8 +355,11 @@ def test_refusals_are_one_line(hds, tmp_path, flags, match):
 
 
 def test_homogeneous_refuses_hetero_options(train_data, tmp_path):
+    """And an --embedding-cache with no table is refused on a plain graph as on a typed one."""
     for flags, match in ((["--fanouts", "a=1"], "counts per relation need a heterogeneous dataset"),
-                         (["--model", "rgcn"], "--model rgcn: needs a heterogeneous dataset")):
+                         (["--model", "rgcn"], "--model rgcn: needs a heterogeneous dataset"),
+                         (["--embedding-cache", "1MiB"], "--embedding-cache 1MiB: the run learns no tables "
+                                                          "(--embeddings N)")):
         proc = run_module("diskgnn.train", "--data", train_data, "--workdir", tmp_path / "w", *flags)
         assert proc.returncode == 2 and match in proc.stderr, proc.stderr
 
@@ -374,6 +377,30 @@ def test_read_depth_is_the_typed_plans_and_its_working_sets(hds, tmp_path):
             sizes[depth] = loader.plan.sizes["working_set_bytes"]
             assert sum(mb.num_seeds for mb in loader.epoch(0)) == 100
     assert sizes[3] > sizes[1]
+
+
+def test_typed_plan_reads_fewer_batches_ahead_to_keep_the_topology_cached(hds, tmp_path, monkeypatch):
+    """The relations are sampled as mapped: the plan takes the deepest reads that leave the page cache room for
+    their topology (here made as large as the budget dictates), else the deepest that fit, the topology uncached."""
+    import diskgnn
+    from diskgnn.train import typed_plan
+
+    def plan(topology, name, **kw):
+        monkeypatch.setattr(typed_plan, "topology_bytes", lambda ds: topology)
+        with diskgnn.Loader(hds, fanouts="4,4", batch_size=32, hidden=16, workdir=str(tmp_path / name),
+                            memory_budget="1GiB", log=None, **kw) as loader:
+            assert loader.read_depth == loader.plan.read_depth
+            return loader.plan.sizes
+
+    # with no topology to keep, what each depth leaves: the page cache's half of it
+    left = {d: 2 * plan(0, f"d{d}", read_depth=d)["page_cache_bytes"] for d in (1, 4)}
+    assert left[1] > left[4] > 0
+    mid = plan((left[1] + left[4]) // 2, "mid")
+    assert 1 <= mid["read_depth"] < 4 and mid["topology_cached"], mid
+    assert mid["page_cache_bytes"] >= mid["topology_bytes"]
+    huge = plan(10 * left[1], "huge")
+    assert huge["read_depth"] == 4 and not huge["topology_cached"], huge
+    assert plan(0, "none")["read_depth"] == 4
 
 
 def test_loader_api_yields_hetero_batches(hds, tmp_path):

@@ -332,6 +332,15 @@ class W1Shaped:
     def file_path(self, kind):
         return self.path / f"{kind}.bin"
 
+    @property
+    def schema(self):  # one relation, over the files relation_kinds names
+        from types import SimpleNamespace
+
+        return SimpleNamespace(relations=("cites",))
+
+    def relation_kinds(self, relation):
+        return ("indptr", "indices")
+
     def split(self, name):
         return np.arange({"train": 800_000, "val": 800_000, "test": 6_400_000}[name])
 

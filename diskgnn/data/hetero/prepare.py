@@ -15,7 +15,7 @@ import numpy as np
 from ... import defaults
 from ...errors import DiskgnnError, UsageError
 from ...memory import peak_rss_bytes
-from ...units import format_size, parse_size
+from ...units import parse_size
 from ..csc import CscBuilder
 from ..format import FEATURE_DTYPES, SPLITS
 from ..splits import check_given, ratio_split
@@ -75,10 +75,7 @@ def prepare_hetero(source, out, *, format: str = "auto", add_reverse: bool = Fal
     `val_share`: HGB ships train and val as one file; this share of it is drawn (seeded) for val.
     `split_ratios`: for an npy directory without a split, train/val/test shares of the labeled target nodes.
     """
-    budget = parse_size(memory_budget, "--memory-budget")
-    if budget < defaults.MIN_PREPARE_BUDGET:
-        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least "
-                         f"{format_size(defaults.MIN_PREPARE_BUDGET)}")
+    budget = parse_size(memory_budget, "--memory-budget", at_least=defaults.MIN_PREPARE_BUDGET)
     if feature_dtype is not None and feature_dtype not in FEATURE_DTYPES:
         raise UsageError(f"--feature-dtype {feature_dtype}: choose from {', '.join(FEATURE_DTYPES)}")
     start = time.perf_counter()

@@ -31,7 +31,7 @@ from pathlib import Path
 from ... import defaults
 from ...errors import ArgumentParser, DiskgnnError, UsageError
 from ...memory import peak_rss_bytes
-from ...units import format_size, parse_size
+from ...units import parse_size
 from ..files import remove_stale_temps, temp_path
 from ..format import open_dataset, read_manifest, write_manifest
 from . import fidelity
@@ -77,10 +77,7 @@ def quantize_dataset(path, specs, *, memory_budget=defaults.MEMORY_BUDGET, sampl
                      types: list[str] | None = None) -> list[Quantizer]:
     """Adds quantized variants of an existing dataset's features (the float features stay); a typed dataset's
     per featured node type (`types`: which; default all)."""
-    budget = parse_size(memory_budget, "--memory-budget")
-    if budget < defaults.MIN_PREPARE_BUDGET:
-        raise UsageError(f"--memory-budget {format_size(budget)} is too small: at least "
-                         f"{format_size(defaults.MIN_PREPARE_BUDGET)}")
+    budget = parse_size(memory_budget, "--memory-budget", at_least=defaults.MIN_PREPARE_BUDGET)
     if sample_rows is not None and sample_rows < 1:
         raise UsageError(f"--sample-rows {sample_rows}: must be at least 1")
     specs = list(dict.fromkeys(canonical_spec(s, "--spec") for s in specs))
