@@ -128,16 +128,19 @@ def installed_peer(name: str, data: Path, work: Path, args, cap_text: str, timeo
         return {"error": why, "not_installed": True}
     out = work / f"{name}-{cap_text}"
     try:
-        return peer_row(peer, out, data, args, export_peer(peer, data, out, args, cap_text), timeout)
+        # Ginex evaluates the val and test nodes diskgnn does (--eval-batches), not the whole splits
+        extra = {"eval_nodes": args.eval_batches * args.batch_size} if name == "ginex" else {}
+        return peer_row(peer, out, data, args, export_peer(peer, data, out, args, cap_text, **extra), timeout)
     finally:
         shutil.rmtree(out, ignore_errors=True)  # a full copy of the features: gigabytes on W1
 
 
-def export_peer(peer, data: Path, out: Path, args, cap_text: str) -> float:
-    """Exports the run's dataset for a peer at this cap; the seconds it took."""
+def export_peer(peer, data: Path, out: Path, args, cap_text: str, **extra) -> float:
+    """Exports the run's dataset for a peer at this cap (`extra`: the peer's own export options); the seconds it
+    took."""
     t0 = time.perf_counter()
     peer.export(data, out, cap=cap_text, fanouts=[int(f) for f in args.fanouts.split(",")],
-                batch_size=args.batch_size, epochs=args.epochs, hidden=args.hidden, overwrite=True)
+                batch_size=args.batch_size, epochs=args.epochs, hidden=args.hidden, overwrite=True, **extra)
     return time.perf_counter() - t0
 
 
@@ -159,7 +162,8 @@ def peer_row(peer, out: Path, data: Path, args, export_s: float, timeout: float 
             "train_s_per_epoch": times,
             "per_batch_s": sum(times) / (batches * len(times)), "batches": batches * len(times),
             "cap_bytes": row["cap_bytes"], "cgroup_peak_bytes": row["cgroup_peak_bytes"],
-            "conversion_s": {"export_s": export_s}, "row": row,
+            "conversion_s": {"export_s": export_s, **row.get("conversion_s", {})}, "row": row,
+            **{k: row[k] for k in ("disk_bytes_read", "phases_per_epoch", "device") if k in row},
             **({"neighbour_share": plan["neighbour_share"],
                 "buffer": [plan["buffer_capacity"], plan["num_partitions"]]} if "neighbour_share" in plan else {})}
 

@@ -3,14 +3,14 @@ and one report (docs/benchmarks.md's generated section and its plots).
 
     python -m bench.suite [--caps 1GiB,2GiB,4GiB] [--loop-timeout 90] [--scales 0.25,0.5,1,2]
     python -m bench.suite --steps limits,epoch --systems diskgnn,dgl_ondisk    # a part; the report says which
-    python -m bench.suite --steps w2                 # W2's section alone: diskgnn and MariusGNN at 2 and 4 GiB
+    python -m bench.suite --steps w2                 # W2's section alone: diskgnn, MariusGNN, Ginex at 2, 4 GiB
     python -m bench.suite --smoke --out-dir DIR     # tiny, for the test suite; report and plots in DIR
 
 In one session, in this order: the W1 workloads are prepared once (cached
 under bench/results/workloads); fio measures the disk's read limits on W1's
 feature file (page cache dropped); bench.epoch runs every system at every cap
 (200 batches); on W2 (prepared once beside W1), bench.epoch runs diskgnn and an
-installed MariusGNN at 2 and 4 GiB; bench.scaling trains a whole epoch at each
+installed MariusGNN and Ginex at 2 and 4 GiB; bench.scaling trains a whole epoch at each
 scale. Each step
 writes its JSON into --out-dir, then bench.report renders the tables and
 plots. Before each step the suite waits (at most --idle-wait seconds) for the
@@ -39,7 +39,7 @@ from .harness.workload import SMOKE_NODES, W1_NODES, prepare_once, synthetic_wor
 from .report.markdown import render
 
 STEPS = ("limits", "epoch", "w2", "scaling")
-W2_CAPS, W2_SYSTEMS = "2GiB,4GiB", "diskgnn,marius"  # issue 51: MariusGNN's node classification on W2
+W2_CAPS, W2_SYSTEMS = "2GiB,4GiB", "diskgnn,marius,ginex"  # issue 51, 63: MariusGNN and Ginex on W2
 
 
 def peer_versions() -> dict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -23,6 +24,32 @@ def block_device(path: Path) -> str | None:
         return name if Path(f"/sys/block/{name}").exists() else name
     except OSError:
         return None
+
+
+def _sysfs_block(path: Path) -> Path:
+    """The sysfs directory of the block device holding `path` (a partition's own, with its `stat`)."""
+    dev = os.stat(path).st_dev
+    return Path(f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}").resolve()
+
+
+def bytes_read_from(path: Path) -> int:
+    """Bytes the block device holding `path` has read since boot (its stat's sectors read, 512 bytes each): the
+    difference across a run measures a peer that counts none itself, where nothing else reads the device."""
+    return int((_sysfs_block(path) / "stat").read_text().split()[2]) * 512
+
+
+@contextlib.contextmanager
+def read_ahead_kb(path: Path, kb: int):
+    """The disk under `path` reading `kb` KiB ahead for the block, as a peer's instructions set it (Ginex's
+    README: 0), restored after; root only."""
+    block = _sysfs_block(path)
+    knob = next(q / "queue" / "read_ahead_kb" for q in (block, block.parent) if (q / "queue").is_dir())
+    before = knob.read_text().strip()
+    knob.write_text(f"{kb}\n")
+    try:
+        yield int(before)
+    finally:
+        knob.write_text(f"{before}\n")
 
 
 def machine_info(path: Path) -> dict:

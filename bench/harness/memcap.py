@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,10 +55,11 @@ class CapResult:
     cap_bytes: int
     cgroup_version: int
     cgroup_path: str
+    line_times: list[float] | None = None  # with stamp_lines: when each stdout line came, seconds from the start
 
     def summary(self) -> dict:
         """The result without the child's output, for one JSON line."""
-        return {k: v for k, v in asdict(self).items() if k not in ("stdout", "stderr")}
+        return {k: v for k, v in asdict(self).items() if k not in ("stdout", "stderr", "line_times")}
 
 
 def _cgroup_mounts():
@@ -187,14 +189,31 @@ def _make_cgroup(cap_bytes: int) -> _Cgroup:
     return _Cgroup(_own_dir(*v1, 1), 1, cap_bytes)
 
 
+def _stamped(proc, t0: float) -> tuple[list, list, list]:
+    """Readers of the child's stdout, line by line with the time each came, and of its stderr, started: a peer
+    that prints no clock (Ginex) is timed by when it says what it did."""
+    lines, times, err = [], [], []
+
+    def out():
+        for line in proc.stdout:
+            times.append(time.perf_counter() - t0)
+            lines.append(line)
+
+    readers = [threading.Thread(target=t, daemon=True) for t in (out, lambda: err.append(proc.stderr.read()))]
+    for r in readers:
+        r.start()
+    return lines, times, err, readers
+
+
 def run_capped(argv: list[str], cap_bytes, *, env=None, cwd=None, timeout: float | None = None,
-               capture: bool = True) -> CapResult:
+               capture: bool = True, stamp_lines: bool = False) -> CapResult:
     """Runs `argv` in a fresh memory cgroup capped at `cap_bytes` (int or size text such as "2GiB").
 
     The child joins the group before it execs, so every allocation counts. On
     timeout the whole group is killed and the result says timed_out. The group
     is removed afterwards whatever happens, killing anything left in it. With
-    capture=False the child's output passes through and stdout/stderr are None.
+    capture=False the child's output passes through and stdout/stderr are None;
+    with stamp_lines, `line_times` holds when each line of its stdout came.
     """
     cap_bytes = parse_size(cap_bytes)
     group = _make_cgroup(cap_bytes)
@@ -218,23 +237,33 @@ def run_capped(argv: list[str], cap_bytes, *, env=None, cwd=None, timeout: float
                                     errors="replace", preexec_fn=join)
         except subprocess.SubprocessError as e:  # only join() fails this way; a bad argv raises OSError
             raise CapUnavailable(f"the child could not join cgroup {group.path}: {e}") from e
+        stamped = _stamped(proc, t0) if stamp_lines and capture else None
         with proc:
             try:
-                out, err = proc.communicate(timeout=timeout)
+                if stamped is None:
+                    out, err = proc.communicate(timeout=timeout)
+                else:
+                    proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
                 group.kill()
-                out, err = proc.communicate()
+                out, err = proc.communicate() if stamped is None else (None, None)
             except BaseException:
                 group.kill()  # else leaving `with proc` would wait for the child to finish
                 raise
+            if stamped is not None:  # the pipes read to their end before `with proc` closes them
+                group.kill()  # what the child left running (sampler workers) holds them open
+                for reader in stamped[3]:
+                    reader.join()
+                out, err = "".join(stamped[0]), "".join(stamped[2])
         wall_s = time.perf_counter() - t0
         peak, oom_killed, cap_hits = group.counters()
     finally:
         group.remove()
     return CapResult(returncode=proc.returncode, stdout=out, stderr=err, wall_s=wall_s,
                      peak_bytes=peak, oom_killed=oom_killed, cap_hits=cap_hits, timed_out=timed_out,
-                     cap_bytes=cap_bytes, cgroup_version=group.version, cgroup_path=str(group.path))
+                     cap_bytes=cap_bytes, cgroup_version=group.version, cgroup_path=str(group.path),
+                     line_times=stamped[1] if stamped is not None else None)
 
 
 def main(argv=None) -> int:

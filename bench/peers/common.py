@@ -115,19 +115,21 @@ def not_run(system: str, status: str, why: str) -> dict:
 
 
 def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit_s: float, *,
-               cwd=None, env=None, timeout=None, metrics=None, log: Path | None = None) -> dict:
+               cwd=None, env=None, timeout=None, metrics=None, log: Path | None = None, stamped=None) -> dict:
     """Runs a peer under a cgroup memory cap and reports its epoch times, parsed from its output.
 
     `epoch_pattern` is a regex whose first group is one epoch's time in units of
     `epoch_unit_s` seconds. A run that exits 0 without such a line is still "ok"
     (the peer trained) but says why it has no times. `metrics(output)`, where
     given, adds what the peer reported it learned (accuracy, MRR) to the row.
+    `stamped(lines)`, where given, adds what the peer's stdout lines say with when
+    each came: a list of (seconds from the start, line).
     `log`: where its whole output is kept (the row holds its last lines only).
     """
     from bench.harness.memcap import CapUnavailable, run_capped
 
     try:
-        r = run_capped(argv, cap, cwd=cwd, env=env, timeout=timeout)
+        r = run_capped(argv, cap, cwd=cwd, env=env, timeout=timeout, stamp_lines=stamped is not None)
     except CapUnavailable as e:
         return not_run(system, "unavailable", f"cannot apply the memory cap: {e}")
     output = (r.stdout or "") + (r.stderr or "")
@@ -139,6 +141,8 @@ def capped_row(system: str, argv: list[str], cap, epoch_pattern: str, epoch_unit
            "wall_s": r.wall_s}
     if metrics is not None:
         row.update(metrics(output))
+    if stamped is not None:
+        row.update(stamped(list(zip(r.line_times, (r.stdout or "").splitlines()))))
     tail = " | ".join(output.strip().splitlines()[-3:])
     if r.returncode != 0 or r.timed_out:
         row["status"] = "failed"

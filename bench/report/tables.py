@@ -134,7 +134,8 @@ def time_to(r: dict, target: float | None) -> str:
     return f"**{sum(before.values()) + walls[reached]:,.1f} s** ({'; '.join([training, *parts])})"
 
 
-_PARTS = {"export_s": "export", "preprocess_s": "GraphBolt preprocessing", "indices_int64_s": "int64 indices"}
+_PARTS = {"export_s": "export", "preprocess_s": "GraphBolt preprocessing", "indices_int64_s": "int64 indices",
+          "neigh_cache_s": "Ginex's neighbour cache"}
 
 
 def _conversion(name: str, r: dict) -> str:
@@ -142,6 +143,19 @@ def _conversion(name: str, r: dict) -> str:
         return f"sample {r['sample_s']:.1f} s + pack {r['pack_s']:.1f} s"
     c = r.get("conversion_s") or {}
     return " + ".join(f"{_PARTS[k]} {v:.1f} s" for k, v in c.items()) or "—"
+
+
+def _phases_text(phases: list[dict]) -> str:
+    """Where a Ginex epoch's seconds went (its whole epochs' mean: bench/peers/ginex.py `phases`), so a reader
+    sees which part a GPU would take: the change set's passes run on the training device."""
+    done = [p for p in phases if p["training_s"] > 0]
+    if not done:
+        return ""
+    mean = {k: sum(p[k] for p in done) / len(done) for k in done[0]}
+    return (f"; an epoch's superbatch steps {mean['sampling_s']:.1f} s (the change set's passes 1-2 "
+            f"{mean['pass_1_2_s']:.1f} s, then sampling with its pass 3, {mean['pass_3_s']:.1f} s, beside it), "
+            f"the cache switch {mean['switch_s']:.1f} s, training {mean['training_s']:.1f} s, evaluation "
+            f"{mean['eval_s']:.1f} s")
 
 
 def read_per_epoch(r: dict, epoch: dict) -> float | None:
@@ -173,6 +187,7 @@ def peer_table(epoch: dict, ran_only: bool = False) -> str:
         if "neighbour_share" in r:
             whole += (f"; {r['buffer'][0]} of {r['buffer'][1]} partitions buffered" if "buffer" in r else "") + \
                 f"; sampled among the buffered partitions: about {r['neighbour_share']:.0%} of the neighbours"
+        whole += _phases_text(r.get("phases_per_epoch") or [])
         acc = f"{100 * r['test_acc']:.2f} %" if r.get("test_acc") is not None else "—"
         per_epoch = read_per_epoch(r, epoch)
         disk = format_size(int(per_epoch)) if per_epoch is not None else "—"

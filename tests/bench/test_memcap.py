@@ -89,3 +89,17 @@ def test_cli_prints_json_and_exits_with_childs_code():
     assert proc.returncode == 3 and lines[0] == "hello", proc.stderr
     result = json.loads(lines[-1])
     assert result["returncode"] == 3 and result["cap_bytes"] == 256 * MiB and "peak_bytes" in result
+
+
+def test_stamped_lines_come_with_when_they_were_printed_and_leftovers_do_not_hold_the_pipes():
+    """A child that prints no clock is timed by when its lines came; one that leaves a process behind holding its
+    stdout (as a peer's sampler workers would) still ends the run, as does a timeout."""
+    child = ("import subprocess, sys, time; print('a', flush=True); time.sleep(0.4); print('b', flush=True); "
+             "print('err', file=sys.stderr); subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])")
+    r = capped([sys.executable, "-c", child], "256MiB", stamp_lines=True)
+    assert r.returncode == 0 and r.stdout.splitlines() == ["a", "b"] and r.stderr.strip() == "err", r
+    assert len(r.line_times) == 2 and r.line_times[1] - r.line_times[0] >= 0.35 and r.wall_s < 30
+    assert "line_times" not in r.summary() and not Path(r.cgroup_path).exists()
+    slow = capped([sys.executable, "-c", "import time; print('x', flush=True); time.sleep(30)"], "256MiB",
+                  timeout=1.0, stamp_lines=True)
+    assert slow.timed_out and slow.stdout == "x\n" and len(slow.line_times) == 1 and slow.wall_s < 10

@@ -197,7 +197,7 @@ def test_ginex_files_byte_for_byte(dataset, graph, tmp_path):
     score = torch.load(out / "nc_score.pth", weights_only=True)
     assert score.dtype == torch.float32 and torch.equal(score, out_num / in_num)
     assert info["neigh_cache_bytes"] - 8 * N == info["feature_cache_bytes"] - 4 * N - 4 * D > 0  # the model's plan
-    assert info["peak_bytes"] <= (2 << 30) * (1 - ginex.HEADROOM)
+    assert info["peak_bytes"] <= (2 << 30) * (1 - ginex.HEADROOM[info["device"]])
 
 
 @pytest.mark.parametrize("peer", ["marius", "ginex"])
@@ -285,12 +285,80 @@ def test_runners_say_why_a_peer_did_not_run(dataset, tmp_path, monkeypatch):
     monkeypatch.setenv("DISKGNN_GINEX", str(home))
     row = ginex.run(tmp_path / "g")
     assert row["status"] == "not installed" and "has no run_ginex.py or create_neigh_cache.py" in row["why"]
-    for script in ("run_ginex.py", "create_neigh_cache.py"):
-        (home / script).write_text("raise SystemExit('must not run')\n")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    (home / "create_neigh_cache.py").write_text("raise SystemExit('no neighbour cache today')\n")
+    (home / "run_ginex.py").write_text("raise SystemExit('must not run')\n")
+    if os.geteuid() != 0:
+        assert ginex.run(tmp_path / "g")["why"] == "not root: run_ginex.py writes /proc/sys/vm/drop_caches"
+        return
     row = ginex.run(tmp_path / "g")
-    assert row == {"system": "ginex", "status": "unavailable",
-                   "why": "no CUDA device: run_ginex.py puts the model on cuda:N"}
+    assert row["status"] == "failed" and "building its C++ extensions failed" in row["why"], row
+    (home / "lib" / "cpp_extension").mkdir(parents=True)
+    (home / "lib" / "cpp_extension" / "wrapper.py").write_text("")
+    row = ginex.run(tmp_path / "g")
+    assert row["status"] == "failed" and "create_neigh_cache.py exit 1: no neighbour cache today" in row["why"], row
+
+
+# run_ginex.py --verbose as it prints an epoch of two superbatches (the first sampled only) and its evaluation
+FAKE_GINEX = """
+import os, sys, time
+def say(line, pause=0.0):
+    time.sleep(pause)
+    print(line)
+disk = sys.argv[sys.argv.index('--disk') + 1] if '--disk' in sys.argv else None
+say('read_ahead_kb ' + open(disk).read().strip() if disk else 'no disk')
+say('weights_only ' + os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', 'unset'))
+for epoch in range(2):
+    say('Running Epoch %d...' % epoch)
+    say('Step 1: Superbatch Sample'); say('Step 1: Done', 0.05)
+    say('Step 1: Superbatch Sample'); say('Loading ids...'); say('Done!', 0.01)
+    say('Pass 1: calculating frequency and initial cache indices...'); say('Done!', 0.02)
+    say('Pass 2: making two key data structures (iterptr & iters)...'); say('Done!', 0.02)
+    say('Pass 3: Computing changesets...'); say('Done!', 0.1); say('Step 1: Done', 0.02)
+    say('Step 2: Switch'); say('Step 2: Done', 0.01)
+    say('Step 3: Main Loop'); say('Step 3: Done', 0.2)
+    say('Epoch %02d, Loss: 1.2345, Approx. Train: 0.5000' % epoch); say('Epoch time: %d.5000 ms' % (400 + epoch))
+    say('Step 1: Superbatch Sample'); say('Pass 3: Computing changesets...'); say('Done!', 0.6)
+    say('Valid loss: 1.0000, Valid acc: 0.%d000, Test loss: 1.1000, Test acc: 0.%d500,' % (5 + epoch, 5 + epoch), 0.1)
+say('Final Test acc: {final_test_acc:.4f}')
+"""
+
+
+def test_ginex_runner_reads_its_epochs_phases_and_accuracy(dataset, tmp_path, monkeypatch):
+    """A stand-in for an installed Ginex: the row has its epoch times, the seconds of its superbatch steps and
+    change-set passes (the evaluation's apart), each evaluation's accuracies and when it printed them, the
+    neighbour cache's preprocessing time; it ran with the disk's read-ahead off and torch's weights-only load
+    off, and the read-ahead is restored after."""
+    if os.geteuid() != 0:
+        pytest.skip("Ginex's runner needs root (run_ginex.py drops the page cache itself)")
+    ginex.export(dataset, tmp_path / "g")
+    home = tmp_path / "ginex"
+    home.mkdir()
+    (home / "create_neigh_cache.py").write_text("import time; time.sleep(0.05)\n")
+    (home / "lib" / "cpp_extension").mkdir(parents=True)
+    (home / "lib" / "cpp_extension" / "wrapper.py").write_text("")
+    (home / "run_ginex.py").write_text(FAKE_GINEX)
+    monkeypatch.setenv("DISKGNN_GINEX", str(home))
+    from bench.harness.common import _sysfs_block
+
+    block = _sysfs_block(tmp_path)
+    knob = next(q / "queue" / "read_ahead_kb" for q in (block, block.parent) if (q / "queue").is_dir())
+    before = knob.read_text()
+    real = ginex.capped_row
+    monkeypatch.setattr(ginex, "capped_row", lambda system, argv, *a, **kw: real(
+        system, [*argv, "--disk", str(knob)], *a, **kw))
+    row = ginex.run(tmp_path / "g")
+    if row["status"] == "unavailable":
+        pytest.skip(row["why"])
+    assert row["status"] == "ok", row
+    out = (tmp_path / "g" / "run_ginex.log").read_text()
+    assert "read_ahead_kb 0" in out and "weights_only 1" in out and knob.read_text() == before
+    assert row["epoch_times_s"] == [0.4005, 0.4015] and row["device"] in ("cpu", "cuda")
+    assert row["val_acc_per_eval"] == [0.5, 0.6] and row["test_acc_per_eval"] == [0.55, 0.65]
+    assert len(row["wall_s_at_val"]) == 2 and 0 < row["wall_s_at_val"][0] < row["wall_s_at_val"][1] < row["wall_s"]
+    assert row["conversion_s"]["neigh_cache_s"] >= 0.05 and row["disk_bytes_read"] >= 0
+    for p in row["phases_per_epoch"]:  # the evaluation's 0.6 s pass 3 is its own, not the epoch's
+        assert 0.1 <= p["pass_3_s"] < 0.5 and 0.2 <= p["training_s"] and 0.2 <= p["sampling_s"] < 0.6
+        assert 0.05 <= p["pass_1_2_s"] and 0 < p["switch_s"] and 0.7 <= p["eval_s"]
 
 
 def test_marius_runner_parses_epoch_times(dataset, tmp_path, monkeypatch):
@@ -416,23 +484,30 @@ def test_marius_link_export_holds_the_held_out_edges_by_bucket(link_dataset, tmp
         marius.export(without_split, tmp_path / "x", cap="1GiB", fanouts=(), link=link)
 
 
-def test_ginex_caches_are_planned_from_its_memory_model():
-    """Ginex's model (read from its source; not calibrated on a run here): both caches and their per-node tables,
-    the samplers' scratch and the superbatch's change set fit the cap less the headroom."""
+@pytest.mark.parametrize("device", ["cuda", "cpu"])
+def test_ginex_caches_are_planned_from_its_memory_model(device):
+    """Ginex's model (read from its source, calibrated on a CPU run of W1 at 2 GiB): both caches and their
+    per-node tables, the samplers' scratch and the superbatch's change set (on a CPU its tables too) fit the cap
+    less the device's headroom."""
     n, f = 8_000_000, 128
-    for cap in (2 << 30, 4 << 30):
-        plan = ginex.cache_plan(n, f, 1024, [10, 5], cap)
-        assert plan["peak_bytes"] <= cap * (1 - ginex.HEADROOM)
+    room = {cap: cap * (1 - ginex.HEADROOM[device]) for cap in (2 << 30, 4 << 30)}
+    for cap in room:
+        plan = ginex.cache_plan(n, f, 1024, [10, 5], cap, device)
+        assert plan["peak_bytes"] <= room[cap] and plan["device"] == device
         assert plan["feature_cache_bytes"] > 4 * n and plan["neigh_cache_bytes"] > 8 * n  # Ginex refuses less
         assert 1 <= plan["sb_size"] <= ginex.MAX_SB
         assert plan["cached_rows"] == (plan["feature_cache_bytes"] - 4 * n) // (4 * f)  # lib/cache.py's K
         bigger = ginex.memory(n, f, 1024, [10, 5], feature_cache=plan["feature_cache_bytes"] + (64 << 20),
-                              neigh_cache=plan["neigh_cache_bytes"] + (64 << 20), sb_size=plan["sb_size"])
-        assert bigger["peak_bytes"] > cap * (1 - ginex.HEADROOM)  # the caches take what is left
-    small = ginex.cache_plan(n, f, 1024, [10, 5], 2 << 30)
+                              neigh_cache=plan["neigh_cache_bytes"] + (64 << 20), sb_size=plan["sb_size"],
+                              device=device)
+        assert bigger["peak_bytes"] > room[cap]  # the caches take what is left
+    small = ginex.cache_plan(n, f, 1024, [10, 5], 2 << 30, device)
     assert small["sb_size"] < ginex.SB_SIZE  # at 2 GiB the change set of 1,000 batches does not fit beside them
+    if device == "cpu":  # the change set's tables and the larger headroom leave the caches less than on a GPU
+        gpu = ginex.cache_plan(n, f, 1024, [10, 5], 2 << 30, "cuda")
+        assert small["feature_cache_bytes"] < gpu["feature_cache_bytes"] and small["sb_size"] < gpu["sb_size"]
     with pytest.raises(DiskgnnError, match="--cap 1.0 GiB: too small for Ginex, which would need about"):
-        ginex.cache_plan(n, f, 1024, [10, 5], 1 << 30)
+        ginex.cache_plan(n, f, 1024, [10, 5], 1 << 30, device)
 
 
 def fake_marius(dataset, tmp_path, monkeypatch, epochs: int, script: str) -> tuple[dict, SimpleNamespace]:
@@ -493,3 +568,36 @@ def test_a_peer_that_dies_after_an_epoch_keeps_it_and_says_how(dataset, tmp_path
     epoch = {"uncapped": {}, "caps": {"1GiB": {"runs": {"marius": row}}}, "batches": 0, "batches_per_epoch": 4}
     line = next(x for x in peer_table(epoch, ran_only=True).splitlines() if x.startswith("| MariusGNN |"))
     assert "then exit 3 (its last lines: Accuracy: 41%; Evaluating test set)" in line and "| 41.00 % |" in line
+
+
+def test_ginex_in_the_report_has_its_phases_its_accuracy_and_its_preprocessing(dataset, tmp_path, monkeypatch):
+    """bench.epoch's Ginex row from the stand-in above: the report names its epochs' split (so a reader sees which
+    part a GPU would take), its test accuracy, its time to the val target with the neighbour cache's seconds, the
+    val and test nodes every system evaluates."""
+    from bench.epoch import installed_peer
+    from bench.report.tables import peer_table
+
+    if os.geteuid() != 0:
+        pytest.skip("Ginex's runner needs root (run_ginex.py drops the page cache itself)")
+    home = tmp_path / "ginex"
+    (home / "lib" / "cpp_extension").mkdir(parents=True)
+    (home / "lib" / "cpp_extension" / "wrapper.py").write_text("")
+    (home / "create_neigh_cache.py").write_text("")
+    # the stand-in stops unless the export's split_idx.pth holds the val nodes every system evaluates
+    from diskgnn.data.format import open_dataset
+
+    want = min(2 * 16, open_dataset(dataset).split("val").size)
+    (home / "run_ginex.py").write_text(
+        "import sys, torch\nn = torch.load('dataset/diskgnn-ginex/split_idx.pth')['valid'].numel()\n"
+        f"if n != {want}:\n    sys.exit('valid nodes %d' % n)\n" + FAKE_GINEX)
+    monkeypatch.setenv("DISKGNN_GINEX", str(home))
+    args = SimpleNamespace(fanouts="4,3", batch_size=16, epochs=2, hidden=8, batches=0, loop_timeout=60.0,
+                           eval_batches=2)
+    row = installed_peer("ginex", dataset, tmp_path, args, "2GiB", 60.0)
+    if "cannot apply the memory cap" in str(row.get("row", {}).get("why")):
+        pytest.skip(f"no memory cgroup here: {row['row']['why']}")
+    assert row["epochs_done"] == 2 and row["val_acc_per_epoch"] == [0.5, 0.6] and row["test_acc"] == 0.65, row
+    epoch = {"uncapped": {}, "caps": {"2GiB": {"runs": {"ginex": row}}}, "batches": 0, "batches_per_epoch": 4}
+    line = next(x for x in peer_table(epoch, ran_only=True).splitlines() if x.startswith("| Ginex |"))
+    assert "an epoch's superbatch steps" in line and "pass 3" in line and "| 65.00 % |" in line, line
+    assert "Ginex's neighbour cache" in line and "export" in line, line
