@@ -130,7 +130,7 @@ def main(argv=None) -> dict:
     if "w2" in chosen:
         w2 = workloads / f"w2-{nodes}"
         _, steps["prepare W2"] = step("prepare W2", lambda: prepare_once(w2, w2_options(nodes), "bench.suite"), 0.0)
-        _, steps["w2"] = step("W2: diskgnn and MariusGNN", lambda: bench_epoch.main(
+        _, steps["w2"] = step("W2: diskgnn, MariusGNN and Ginex", lambda: bench_epoch.main(
             ["--data", str(w2), "--caps", args.caps if args.smoke else W2_CAPS, "--systems", W2_SYSTEMS,
              "--loop-timeout", str(args.loop_timeout), "--batches", str(args.batches), "--epochs", str(args.epochs),
              "--eval-batches", str(args.eval_batches), "--workdir", str(out / "w2-work"), "--out",

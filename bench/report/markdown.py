@@ -59,7 +59,7 @@ repeats. The dashed line has the median of the repeats' slopes.
 
 def w2_section(suite: dict, w2: dict) -> str:
     quiet = suite["steps"].get("w2", {})
-    return f"""### W2: diskgnn and MariusGNN, node classification
+    return f"""### W2: diskgnn, MariusGNN and Ginex, node classification
 
 `{suite['command']}`, this step {quiet.get('wall_s', 0) / 60:.0f} min (other processes
 {max(0, quiet.get('other_cpu_s', 0)):.0f} CPU s){" (SMOKE: tiny sizes, numbers mean nothing)" if suite['smoke'] else ""}.

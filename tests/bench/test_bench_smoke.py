@@ -123,9 +123,9 @@ def test_suite_smoke_fills_every_row_and_renders_the_report(tmp_path):
     for name in runs:
         assert LABELS[name] in text
     assert "| system | cap | epoch | epochs done | test acc" in text
-    w2_text = text[text.index("### W2: diskgnn and MariusGNN, node classification"):]
+    w2_text = text[text.index("### W2: diskgnn, MariusGNN and Ginex, node classification"):]
     w2_rows = [x for x in w2_text[: w2_text.index(W2_END)].splitlines() if x.startswith("| ") and "---" not in x]
-    assert [x.split(" | ")[0][2:] for x in w2_rows[1:]] == [SHORT["diskgnn"], SHORT["marius"]], w2_rows
+    assert [x.split(" | ")[0][2:] for x in w2_rows[1:]] == [SHORT["diskgnn"], SHORT["marius"], SHORT["ginex"]], w2_rows
     diskgnn_row = next(x for x in text.splitlines() if x.startswith(f"| {SHORT['diskgnn']} | 1GiB |"))
     assert re.search(r"\*\*[\d.]+ s\*\* \(training [\d.]+ s; sampling [\d.]+ s \+ packing", diskgnn_row), diskgnn_row
     for png in ("epoch", "peers", "scaling", "disk", "stages"):

@@ -265,7 +265,9 @@ def dataset(disk_dir, request):
     dtype = np.dtype(request.param)
     feats = (np.random.default_rng(4).standard_normal((333, 37)) * 20).astype(dtype)  # 74- or 37-byte rows
     with DatasetBuilder(os.path.join(disk_dir, f"ds-{dtype}")) as b:
-        b.write_array("features", feats, dtype)
+        w = b.writer("features", dtype, feats.shape[1:])
+        w.write(feats)
+        b.add("features", w.close())
         out = b.finish({"num_nodes": 333, "num_edges": 0, "feature_dim": 37, "feature_dtype": dtype.name})
     return out, feats
 
